@@ -1,0 +1,241 @@
+"""Model configuration: one frozen dataclass, validated on construction, plus named presets.
+
+Field names follow nanoGPT. Defaults are GPT-2's architectural choices at a small size.
+A config is hashable, so it can key a cache of built models.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+NORMS = ("layernorm", "rmsnorm")
+NORM_PLACEMENTS = ("pre", "post")
+POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+
+# Hard limits, checked before anything is allocated. A visualiser that tries to build a
+# 10-billion-parameter model on a laptop should say no, not freeze.
+MAX_PARAMS = 200_000_000
+MAX_TRACE_BYTES = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape and choices of a GPT-style decoder.
+
+    ``d_head`` defaults to ``n_embd // n_head`` and ``d_mlp`` to ``4 * n_embd``; ``qkv_bias``
+    defaults to ``bias``. After construction all three hold concrete values.
+    """
+
+    vocab_size: int = 64
+    block_size: int = 32
+    n_layer: int = 2
+    n_head: int = 2
+    n_embd: int = 32
+    d_head: Optional[int] = None
+    d_mlp: Optional[int] = None
+    norm: str = "layernorm"
+    norm_placement: str = "pre"
+    pos_encoding: str = "learned"
+    activation: str = "gelu_tanh"
+    bias: bool = True
+    qkv_bias: Optional[bool] = None
+    tie_weights: bool = True
+    dropout: float = 0.0
+    init_std: float = 0.02
+    ln_eps: float = 1e-5
+    rope_base: float = 10000.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, rule: str) -> ValueError:
+            return ValueError(f"{name}={getattr(self, name)!r} {rule}")
+
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(name, "must be a whole number")
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise bad(name, "must be at least 1")
+        if self.seed < 0:
+            raise bad("seed", "must be 0 or more")
+        for name in ("d_head", "d_mlp"):
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise bad(name, "must be a whole number or None")
+                if value < 1:
+                    raise bad(name, "must be at least 1")
+        if self.d_head is None:
+            if self.n_embd % self.n_head:
+                raise ValueError(
+                    f"n_embd={self.n_embd} must be divisible by n_head={self.n_head} "
+                    "when d_head is not given"
+                )
+            object.__setattr__(self, "d_head", self.n_embd // self.n_head)
+        if self.d_mlp is None:
+            object.__setattr__(self, "d_mlp", 4 * self.n_embd)
+        choices = {
+            "norm": NORMS,
+            "norm_placement": NORM_PLACEMENTS,
+            "pos_encoding": POS_ENCODINGS,
+            "activation": ACTIVATIONS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name, "must be one of " + ", ".join(repr(a) for a in allowed))
+        for name in ("bias", "tie_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "must be True or False")
+        if self.qkv_bias is None:
+            object.__setattr__(self, "qkv_bias", self.bias)
+        elif not isinstance(self.qkv_bias, bool):
+            raise bad("qkv_bias", "must be True, False or None")
+        for name in ("dropout", "init_std", "ln_eps", "rope_base"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(name, "must be a finite number")
+        if not 0.0 <= self.dropout < 1.0:
+            raise bad("dropout", "must be at least 0 and below 1")
+        if self.init_std <= 0:
+            raise bad("init_std", "must be above 0")
+        if self.ln_eps <= 0:
+            raise bad("ln_eps", "must be above 0")
+        if self.rope_base <= 1:
+            raise bad("rope_base", "must be above 1")
+        for name in ("dropout", "init_std", "ln_eps", "rope_base"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.pos_encoding == "rope" and self.d_head % 2:
+            raise ValueError(
+                f"d_head={self.d_head} must be even when pos_encoding='rope': "
+                "rotary embeddings turn pairs of dimensions"
+            )
+
+    # ----------------------------------------------------------------- derived sizes
+    @property
+    def d_attn(self) -> int:
+        """Attention's inner width: all heads side by side."""
+        return self.n_head * self.d_head
+
+    def num_params(self) -> int:
+        """Parameter count, computed from the shape alone (nothing is allocated)."""
+        C, V, L = self.n_embd, self.vocab_size, self.n_layer
+        lin = lambda i, o, b: i * o + (o if b else 0)  # noqa: E731
+        norm = C + (C if self.bias else 0)
+        per_block = (
+            norm
+            + lin(C, 3 * self.d_attn, self.qkv_bias)
+            + lin(self.d_attn, C, self.bias)
+            + norm
+            + lin(C, self.d_mlp, self.bias)
+            + lin(self.d_mlp, C, self.bias)
+        )
+        total = V * C + L * per_block
+        if self.pos_encoding == "learned":
+            total += self.block_size * C
+        if self.norm_placement == "pre":
+            total += norm
+        if not self.tie_weights:
+            total += V * C
+        return total
+
+    def trace_bytes(self, batch: int, seq_len: int, grads: bool = False) -> int:
+        """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32)."""
+        B, T, C = batch, seq_len, self.n_embd
+        per_layer = (
+            B * T * (12 * C + 2)  # residuals, norms, outputs
+            + B * T * 3 * self.d_attn * 2  # qkv and q/k/v (+ rotated)
+            + B * self.n_head * T * T * 4  # four score/pattern tensors
+            + B * T * self.d_attn  # z
+            + B * T * self.d_mlp * 2  # mlp pre and post
+        )
+        total = self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * 2
+        return 4 * total * (2 if grads else 1)
+
+    def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False) -> None:
+        """Refuse, before allocating anything, a model or trace too big for this app."""
+        n = self.num_params()
+        if n > MAX_PARAMS:
+            raise ValueError(
+                f"this config has {n:,} parameters, over the limit of {MAX_PARAMS:,}: "
+                "make n_layer, n_embd, d_mlp or vocab_size smaller"
+            )
+        T = self.block_size if seq_len is None else seq_len
+        b = self.trace_bytes(batch, T, grads)
+        if b > MAX_TRACE_BYTES:
+            raise ValueError(
+                f"a trace of {batch}×{T} tokens would need about {b / 1e9:.1f} GB, over the limit of "
+                f"{MAX_TRACE_BYTES / 1e9:.0f} GB: use shorter text, fewer lines or a smaller model"
+            )
+
+    # ----------------------------------------------------------------- conversion
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ValueError("a config must be a JSON object of field names to values")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """A copy with some fields changed; derived defaults are worked out again unless given."""
+        data = self.to_dict()
+        for derived, source in (("d_head", ("n_embd", "n_head")), ("d_mlp", ("n_embd",)), ("qkv_bias", ("bias",))):
+            if derived not in changes and any(s in changes for s in source):
+                data[derived] = None
+        data.update(changes)
+        return ModelConfig(**data)
+
+
+def _preset_table() -> dict[str, ModelConfig]:
+    return {
+        # The app opens on this: small enough for every heatmap to be readable and instant.
+        "default": ModelConfig(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=16),
+        # The smallest model that still has every part: one layer, two heads of width two.
+        "explainer": ModelConfig(vocab_size=64, block_size=8, n_layer=1, n_head=2, n_embd=4),
+        # GPT-2 small (124M parameters): the real model's shape.
+        "gpt2-small": ModelConfig(
+            vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, activation="gelu_tanh"
+        ),
+        # LLaMA's choices at a small size: RMSNorm, rotary positions, no biases, an untied head.
+        "llama-like": ModelConfig(
+            vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, norm="rmsnorm",
+            pos_encoding="rope", bias=False, tie_weights=False, ln_eps=1e-6,
+        ),
+        # "Attention Is All You Need" as a decoder: norm after each sublayer, ReLU, sin/cos positions.
+        "original-transformer": ModelConfig(
+            vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, norm_placement="post",
+            activation="relu", pos_encoding="sinusoidal",
+        ),
+    }
+
+
+PRESETS: dict[str, ModelConfig] = _preset_table()
+
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "default": "The app's small default: 2 layers, 2 heads, 16-wide. Every heatmap fits on a slide.",
+    "explainer": "One layer, two heads, n_embd=4, block_size=8: small enough to read every number.",
+    "gpt2-small": "GPT-2 small's shape: 12 layers, 12 heads, 768-wide, 124M parameters.",
+    "llama-like": "LLaMA's choices, small: RMSNorm, rotary positions, no biases, untied head.",
+    "original-transformer": "The 2017 Transformer as a decoder: post-norm, ReLU, sin/cos positions.",
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """A named preset, optionally with some fields changed."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    base = PRESETS[name]
+    return base.replace(**overrides) if overrides else base

@@ -1,0 +1,41 @@
+"""Cross-entropy, taken apart into the steps a textbook shows."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def loss_breakdown(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> dict:
+    """Softmax, the target's probability, its log, the loss at each position, and their mean.
+
+    logits: (..., V); targets: (...) of ids, ``ignore_index`` where there is no target.
+    ``loss`` equals ``F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=...)``.
+    At ignored positions ``target_probs`` is 1 and ``log_probs`` and ``loss_per_token`` are 0.
+    ``uniform_loss`` is ln V: the loss of a model that guesses every token equally.
+    """
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"targets shape {tuple(targets.shape)} does not match logits {tuple(logits.shape[:-1])}")
+    V = logits.shape[-1]
+    valid = targets != ignore_index
+    bad = valid & ((targets < 0) | (targets >= V))
+    if bool(bad.any()):
+        raise ValueError(f"target id {int(targets[bad][0])} is outside the vocabulary (vocab_size={V})")
+    safe = torch.where(valid, targets, torch.zeros_like(targets))
+    probs = F.softmax(logits, dim=-1)
+    log_all = F.log_softmax(logits, dim=-1)
+    log_probs = log_all.gather(-1, safe[..., None])[..., 0].masked_fill(~valid, 0.0)  # (...)
+    loss_per_token = -log_probs
+    n = valid.sum()
+    loss = loss_per_token.sum() / n  # nan when nothing has a target, as F.cross_entropy
+    return {
+        "probs": probs,
+        "target_probs": log_probs.exp(),
+        "log_probs": log_probs,
+        "loss_per_token": loss_per_token,
+        "loss": loss,
+        "valid": valid,
+        "n_valid": int(n),
+        "uniform_loss": math.log(V),
+    }

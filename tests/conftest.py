@@ -1,0 +1,48 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# tiktoken's GPT-2 file ships in ../shared for development and CI (never needed by the app itself).
+_shared = ROOT.parent / "shared" / "tiktoken-cache"
+if "TIKTOKEN_CACHE_DIR" not in os.environ and _shared.is_dir():
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(_shared)
+
+from gptviz import GPT, ModelConfig  # noqa: E402
+
+# Together these use every value of every choice field.
+CONFIGS = {
+    "gpt2-like": ModelConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8),
+    "rms-post-sin-gelu": ModelConfig(
+        vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8, norm="rmsnorm", norm_placement="post",
+        pos_encoding="sinusoidal", activation="gelu", bias=False, qkv_bias=True, tie_weights=False),
+    "rope-relu-wide-heads": ModelConfig(
+        vocab_size=20, block_size=8, n_layer=2, n_head=3, n_embd=12, d_head=6, d_mlp=20,
+        pos_encoding="rope", activation="relu", qkv_bias=False),
+    "nopos-rms-pre": ModelConfig(
+        vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, norm="rmsnorm", pos_encoding="none",
+        bias=False),
+    "rope-post-ln": ModelConfig(
+        vocab_size=20, block_size=8, n_layer=1, n_head=1, n_embd=6, norm_placement="post", pos_encoding="rope",
+        dropout=0.1),
+}
+
+
+@pytest.fixture(params=list(CONFIGS), ids=list(CONFIGS))
+def cfg(request):
+    return CONFIGS[request.param]
+
+
+@pytest.fixture
+def model(cfg):
+    return GPT(cfg)
+
+
+def random_ids(cfg, B=2, T=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (B, T or cfg.block_size), generator=g)
