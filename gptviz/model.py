@@ -223,6 +223,7 @@ class GPT(nn.Module):
             "causal", torch.ones(config.block_size, config.block_size, dtype=torch.bool).tril(), persistent=False
         )
         self.reset_parameters(config.seed)
+        self.eval()  # a model here is mostly looked at: dropout is off until .train() is called
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()

@@ -1,0 +1,420 @@
+"""The recorded forward pass: names, shapes, identities, parity with PyTorch's own ops, edits, grads."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import CONFIGS, random_ids
+from gptviz import GPT, ModelConfig, trace
+from gptviz.model import apply_rope, rope_angles, sinusoidal_table
+
+
+def expected_names(c: ModelConfig, targets: bool) -> list[str]:
+    """Written independently of the model: the TransformerLens-style names, in computation order."""
+    names = ["hook_embed"]
+    if c.pos_encoding in ("learned", "sinusoidal"):
+        names.append("hook_pos_embed")
+    norm = lambda p: [f"{p}.hook_scale", f"{p}.hook_normalized", f"{p}.hook_out"]  # noqa: E731
+    for l in range(c.n_layer):
+        b = f"blocks.{l}."
+        attn = [b + "attn.hook_qkv", b + "attn.hook_q", b + "attn.hook_k", b + "attn.hook_v"]
+        if c.pos_encoding == "rope":
+            attn += [b + "attn.hook_rot_q", b + "attn.hook_rot_k"]
+        attn += [b + f"attn.hook_{n}" for n in ("scores_raw", "scores_scaled", "attn_scores", "pattern", "z")]
+        mlp = [b + "mlp.hook_pre", b + "mlp.hook_post"]
+        names.append(b + "hook_resid_pre")
+        if c.norm_placement == "pre":
+            names += norm(b + "ln1") + attn + [b + "hook_attn_out", b + "hook_resid_mid"]
+            names += norm(b + "ln2") + mlp + [b + "hook_mlp_out", b + "hook_resid_post"]
+        else:
+            names += attn + [b + "hook_attn_out"] + norm(b + "ln1") + [b + "hook_resid_mid"]
+            names += mlp + [b + "hook_mlp_out"] + norm(b + "ln2") + [b + "hook_resid_post"]
+    if c.norm_placement == "pre":
+        names += norm("ln_final")
+    names.append("hook_logits")
+    if targets:
+        names += ["hook_probs", "hook_loss_per_token", "hook_loss"]
+    return names
+
+
+def expected_shape(name: str, c: ModelConfig, B: int, T: int) -> tuple:
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z"):
+        return (B, T, c.n_head, c.d_head)
+    if leaf in ("hook_scores_raw", "hook_scores_scaled", "hook_attn_scores", "hook_pattern"):
+        return (B, c.n_head, T, T)
+    if leaf == "hook_qkv":
+        return (B, T, 3 * c.n_head * c.d_head)
+    if leaf in ("hook_pre", "hook_post"):
+        return (B, T, c.d_mlp)
+    if leaf == "hook_scale":
+        return (B, T, 1)
+    if leaf in ("hook_logits", "hook_probs"):
+        return (B, T, c.vocab_size)
+    if leaf == "hook_loss_per_token":
+        return (B, T)
+    if leaf == "hook_loss":
+        return ()
+    return (B, T, c.n_embd)
+
+
+def test_names_shapes_and_order(cfg, model):
+    idx = random_ids(cfg, B=2, T=5)
+    tr = trace(model, idx, targets=random_ids(cfg, B=2, T=5, seed=1))
+    assert list(tr) == expected_names(cfg, targets=True)
+    for name in tr:
+        assert tr.shape(name) == expected_shape(name, cfg, 2, 5), name
+        info = tr.info(name)
+        assert len(info.axes) == len(tr.shape(name)), name
+        assert info.formula and info.explanation.endswith(".") and info.code, name
+    assert list(trace(model, idx)) == expected_names(cfg, targets=False)
+
+
+def test_every_hook_point_of_the_model_is_recorded(cfg, model):
+    tr = trace(model, random_ids(cfg))
+    assert set(model.hook_names()) - {"hook_pos_embed", } <= set(tr) | {
+        n for n in model.hook_names() if "rot_" in n and cfg.pos_encoding != "rope"}
+
+
+def test_recording_changes_nothing(cfg, model):
+    idx = random_ids(cfg, B=3)
+    plain_logits, _ = model(idx)
+    tr = trace(model, idx)
+    assert torch.equal(tr["hook_logits"], plain_logits.detach())  # bit-identical
+
+
+def test_value_kinds():
+    tr = trace(GPT(CONFIGS["gpt2-like"]), random_ids(CONFIGS["gpt2-like"]), targets=random_ids(CONFIGS["gpt2-like"], seed=2))
+    assert tr.info("blocks.0.attn.hook_pattern").probability
+    assert tr.info("hook_probs").probability
+    assert tr.info("blocks.0.attn.hook_attn_scores").masked
+    assert tr.info("blocks.0.hook_resid_pre").signed
+    assert tr.info("blocks.0.ln1.hook_scale").kind == "nonnegative"
+    assert tr.info("blocks.1.attn.hook_z").layer == 1
+    assert tr.info("blocks.0.attn.hook_pattern").axes == ("batch", "head", "query_pos", "key_pos")
+
+
+def test_residual_identities_pre_norm():
+    c = CONFIGS["gpt2-like"]
+    tr = trace(GPT(c), random_ids(c))
+    for l in range(c.n_layer):
+        b = f"blocks.{l}."
+        assert torch.allclose(tr[b + "hook_resid_mid"], tr[b + "hook_resid_pre"] + tr[b + "hook_attn_out"])
+        assert torch.allclose(tr[b + "hook_resid_post"], tr[b + "hook_resid_mid"] + tr[b + "hook_mlp_out"])
+        if l:
+            assert torch.equal(tr[b + "hook_resid_pre"], tr[f"blocks.{l - 1}.hook_resid_post"])
+    assert torch.allclose(tr["blocks.0.hook_resid_pre"], tr["hook_embed"] + tr["hook_pos_embed"])
+
+
+def test_post_norm_identities():
+    c = CONFIGS["rms-post-sin-gelu"]
+    tr = trace(GPT(c), random_ids(c))
+    x = tr["blocks.0.hook_resid_pre"] + tr["blocks.0.hook_attn_out"]
+    rms = x.pow(2).mean(-1, keepdim=True).add(c.ln_eps).sqrt()
+    assert torch.allclose(tr["blocks.0.hook_resid_mid"], x / rms * GPT(c).transformer.h[0].ln_1.weight, atol=1e-6)
+    assert "ln_final.hook_out" not in tr
+
+
+def test_causality(cfg, model):
+    idx = random_ids(cfg, B=1)
+    t = cfg.block_size // 2
+    idx2 = idx.clone()
+    idx2[0, t] = (idx2[0, t] + 1) % cfg.vocab_size
+    a, b = trace(model, idx), trace(model, idx2)
+    for name in a:
+        axes = a.info(name).axes
+        if "pos" in axes:
+            sl = [slice(None)] * len(axes)
+            sl[axes.index("pos")] = slice(0, t)
+            assert torch.equal(a[name][tuple(sl)], b[name][tuple(sl)]), name
+        elif "query_pos" in axes:
+            assert torch.equal(a[name][:, :, :t, :t], b[name][:, :, :t, :t]), name
+    assert not torch.equal(a["hook_logits"][:, t:], b["hook_logits"][:, t:])
+
+
+def test_pattern_rows_sum_to_one_and_masked_cells_are_zero(cfg, model):
+    tr = trace(model, random_ids(cfg, B=2))
+    T = cfg.block_size
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for l in range(cfg.n_layer):
+        p = tr[f"blocks.{l}.attn.hook_pattern"]
+        assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-6)
+        assert (p[..., future] == 0).all()
+        s = tr[f"blocks.{l}.attn.hook_attn_scores"]
+        assert torch.isneginf(s[..., future]).all() and torch.isfinite(s[..., ~future]).all()
+
+
+def test_attention_equals_scaled_dot_product_attention(cfg, model):
+    tr = trace(model, random_ids(cfg, B=2))
+    rot = cfg.pos_encoding == "rope"
+    for l in range(cfg.n_layer):
+        a = f"blocks.{l}.attn."
+        q = tr[a + ("hook_rot_q" if rot else "hook_q")].transpose(1, 2)
+        k = tr[a + ("hook_rot_k" if rot else "hook_k")].transpose(1, 2)
+        v = tr[a + "hook_v"].transpose(1, 2)
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        assert torch.allclose(tr[a + "hook_z"], ref, atol=1e-6)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(cfg.d_head)
+        assert torch.allclose(tr[a + "hook_scores_scaled"], scores, atol=1e-6)
+
+
+def test_padding_mask_matches_sdpa_with_a_boolean_mask():
+    c = CONFIGS["gpt2-like"]
+    m = GPT(c)
+    idx = random_ids(c, B=2, T=6)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    tr = trace(m, idx, attention_mask=mask)
+    q, k, v = (tr[f"blocks.0.attn.hook_{n}"].transpose(1, 2) for n in "qkv")
+    allowed = torch.ones(6, 6, dtype=torch.bool).tril()[None, None] & mask.bool()[:, None, None, :]
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2)
+    assert torch.allclose(tr["blocks.0.attn.hook_z"], ref, atol=1e-6)
+    p = tr["blocks.0.attn.hook_pattern"]
+    assert (p[1, :, :, 3:] == 0).all() and torch.isneginf(tr["blocks.0.attn.hook_attn_scores"][1, :, 5, 3:]).all()
+    # Padding never changes the real tokens' results.
+    alone = trace(m, idx[1:, :3])
+    assert torch.allclose(tr["hook_logits"][1, :3], alone["hook_logits"][0], atol=1e-6)
+
+
+def test_left_padding_gives_zero_rows_not_nan_and_finite_grads():
+    c = CONFIGS["gpt2-like"]
+    idx = random_ids(c, B=1, T=4)
+    mask = torch.tensor([[0, 0, 1, 1]])
+    targets = torch.tensor([[-100, -100, 3, 4]])
+    tr = trace(GPT(c), idx, targets=targets, attention_mask=mask, grads=True)
+    p = tr["blocks.0.attn.hook_pattern"]
+    assert (p[0, :, :2] == 0).all()
+    assert torch.allclose(p[0, :, 2:].sum(-1), torch.ones(c.n_head, 2))
+    assert all(torch.isfinite(g).all() for g in tr.grads.values())
+    assert all(torch.isfinite(g).all() for g in tr.param_grads.values())
+
+
+def test_norms_equal_torch_and_formula(cfg, model):
+    tr = trace(model, random_ids(cfg))
+    x = tr["blocks.0.hook_resid_pre"]
+    if cfg.norm_placement == "post":
+        x = x + tr["blocks.0.hook_attn_out"]
+    ln = model.transformer.h[0].ln_1
+    if cfg.norm == "layernorm":
+        ref = F.layer_norm(x, (cfg.n_embd,), ln.weight, ln.bias, eps=cfg.ln_eps)
+        assert torch.allclose(tr["blocks.0.ln1.hook_scale"], torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + cfg.ln_eps))
+    else:
+        rms = torch.sqrt((x ** 2).mean(-1, keepdim=True) + cfg.ln_eps)
+        ref = x / rms * ln.weight + (ln.bias if ln.bias is not None else 0)
+        assert torch.allclose(tr["blocks.0.ln1.hook_scale"], rms)
+        assert torch.allclose(ref, F.rms_norm(x, (cfg.n_embd,), ln.weight, eps=cfg.ln_eps) + (ln.bias if ln.bias is not None else 0), atol=1e-6)
+    assert torch.allclose(tr["blocks.0.ln1.hook_out"], ref, atol=1e-6)
+
+
+def test_mlp_activation(cfg, model):
+    tr = trace(model, random_ids(cfg))
+    h = tr["blocks.0.mlp.hook_pre"]
+    ref = {"gelu": lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2))),
+           "gelu_tanh": lambda h: 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3))),
+           "relu": lambda h: h.clamp(min=0)}[cfg.activation](h)
+    assert torch.allclose(tr["blocks.0.mlp.hook_post"], ref, atol=1e-6)
+
+
+def test_sinusoidal_table_against_its_formula():
+    d, n = 6, 5
+    tab = sinusoidal_table(n, d)
+    for t in range(n):
+        for i in range(d // 2):
+            assert tab[t, 2 * i].item() == pytest.approx(math.sin(t / 10000 ** (2 * i / d)), abs=1e-6)
+            assert tab[t, 2 * i + 1].item() == pytest.approx(math.cos(t / 10000 ** (2 * i / d)), abs=1e-6)
+    odd = sinusoidal_table(3, 5)
+    assert odd[2, 4].item() == pytest.approx(math.sin(2 / 10000 ** (4 / 5)), abs=1e-6)
+
+
+def test_sinusoidal_positions_enter_the_residual_stream():
+    c = CONFIGS["rms-post-sin-gelu"]
+    tr = trace(GPT(c), random_ids(c, B=1, T=4))
+    assert torch.allclose(tr["hook_pos_embed"][0], sinusoidal_table(c.block_size, c.n_embd)[:4])
+
+
+def test_rope_against_its_formula():
+    T, d, base = 5, 6, 10000.0
+    x = torch.randn(1, T, 2, d, generator=torch.Generator().manual_seed(0))
+    ang = rope_angles(T, d, base)
+    out = apply_rope(x, ang.cos(), ang.sin())
+    for t in range(T):
+        for i in range(d // 2):
+            theta = t * base ** (-2 * i / d)
+            a, b = x[0, t, :, i], x[0, t, :, i + d // 2]
+            assert torch.allclose(out[0, t, :, i], a * math.cos(theta) - b * math.sin(theta), atol=1e-6)
+            assert torch.allclose(out[0, t, :, i + d // 2], b * math.cos(theta) + a * math.sin(theta), atol=1e-6)
+    # Rotation keeps lengths, and scores depend only on the offset between positions.
+    assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+    q = torch.randn(d, generator=torch.Generator().manual_seed(1))
+    k = torch.randn(d, generator=torch.Generator().manual_seed(2))
+    ang = rope_angles(8, d)
+    rot = lambda v, t: apply_rope(v.expand(1, 8, 1, d), ang.cos(), ang.sin())[0, t, 0]  # noqa: E731
+    assert (rot(q, 5) @ rot(k, 3)).item() == pytest.approx((rot(q, 3) @ rot(k, 1)).item(), abs=1e-5)
+
+
+def test_rope_hooks_are_the_rotated_q_and_k():
+    c = CONFIGS["rope-relu-wide-heads"]
+    tr = trace(GPT(c), random_ids(c, B=1))
+    ang = rope_angles(c.block_size, c.d_head)
+    assert torch.allclose(tr["blocks.0.attn.hook_rot_q"], apply_rope(tr["blocks.0.attn.hook_q"], ang.cos(), ang.sin()))
+
+
+def test_loss_in_trace_equals_cross_entropy(cfg, model):
+    idx = random_ids(cfg)
+    y = random_ids(cfg, seed=3)
+    y[0, -3:] = -100
+    tr = trace(model, idx, targets=y)
+    ref = F.cross_entropy(tr["hook_logits"].reshape(-1, cfg.vocab_size), y.reshape(-1), ignore_index=-100)
+    assert tr.loss == pytest.approx(ref.item(), rel=1e-6)
+    assert (tr["hook_loss_per_token"][0, -3:] == 0).all()
+    model.eval()
+    assert model(idx, y)[1].item() == pytest.approx(ref.item(), rel=1e-6)
+
+
+def test_zeroing_a_head_changes_only_what_lies_downstream():
+    c = CONFIGS["gpt2-like"]
+    m = GPT(c)
+    idx = random_ids(c)
+
+    def zero_head_1(p):
+        p[:, 1] = 0
+        return p
+
+    base = trace(m, idx)
+    ed = trace(m, idx, edits={"blocks.1.attn.hook_pattern": zero_head_1})
+    names = list(base)
+    cut = names.index("blocks.1.attn.hook_pattern")
+    for n in names[:cut]:
+        assert torch.equal(base[n], ed[n]), n  # upstream: untouched
+    assert (ed["blocks.1.attn.hook_pattern"][:, 1] == 0).all()
+    assert torch.equal(ed["blocks.1.attn.hook_pattern"][:, 0], base["blocks.1.attn.hook_pattern"][:, 0])
+    assert (ed["blocks.1.attn.hook_z"][:, :, 1] == 0).all()
+    assert torch.equal(ed["blocks.1.attn.hook_z"][:, :, 0], base["blocks.1.attn.hook_z"][:, :, 0])
+    for n in ("blocks.1.hook_attn_out", "blocks.1.hook_resid_post", "hook_logits"):
+        assert not torch.allclose(base[n], ed[n]), n  # downstream: recomputed
+    # The weights are untouched and the next plain trace is as before.
+    assert torch.equal(trace(m, idx)["hook_logits"], base["hook_logits"])
+
+
+def test_edit_a_token_embedding_and_patch_the_residual_stream():
+    c = CONFIGS["gpt2-like"]
+    m = GPT(c)
+    idx = random_ids(c, B=1)
+    base = trace(m, idx)
+    new = base["hook_embed"].clone()
+    new[0, 2] = 0.5
+    ed = trace(m, idx, edits={"hook_embed": new})
+    assert torch.equal(ed["hook_embed"], new)
+    assert torch.equal(ed["hook_logits"][0, :2], base["hook_logits"][0, :2])
+    assert not torch.allclose(ed["hook_logits"][0, 2:], base["hook_logits"][0, 2:])
+    # Patch layer 1's input with layer 0's input: layer 0 is skipped entirely.
+    patched = trace(m, idx, edits={"blocks.1.hook_resid_pre": base["blocks.0.hook_resid_pre"].numpy()})
+    assert torch.equal(patched["blocks.1.hook_resid_pre"], base["blocks.0.hook_resid_pre"])
+
+
+def test_bad_edits_are_value_errors():
+    c = CONFIGS["gpt2-like"]
+    m, idx = GPT(c), random_ids(c)
+    with pytest.raises(ValueError, match="no such step"):
+        trace(m, idx, edits={"blocks.9.hook_resid_pre": lambda x: x})
+    with pytest.raises(ValueError, match="has shape"):
+        trace(m, idx, edits={"hook_embed": torch.zeros(3)})
+
+
+def test_bad_inputs_are_value_errors():
+    c = CONFIGS["gpt2-like"]
+    m = GPT(c)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        trace(m, torch.tensor([[1, 99]]))
+    with pytest.raises(ValueError, match="longer than block_size"):
+        trace(m, torch.zeros(1, c.block_size + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="2-D"):
+        trace(m, torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="needs targets"):
+        trace(m, torch.zeros(1, 3, dtype=torch.long), grads=True)
+
+
+def test_grads_match_autograd_on_the_plain_model(cfg, model):
+    idx, y = random_ids(cfg), random_ids(cfg, seed=5)
+    tr = trace(model, idx, targets=y, grads=True)
+    model.eval()
+    model.zero_grad()
+    _, loss = model(idx, y)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert torch.allclose(tr.param_grads[name], p.grad, atol=1e-6), name
+    model.zero_grad(set_to_none=True)
+    assert tr.grad("hook_loss").item() == 1.0
+    # d loss / d logits = (softmax - onehot) / N
+    V = cfg.vocab_size
+    expect = (tr["hook_probs"] - F.one_hot(y, V)) / y.numel()
+    assert torch.allclose(tr.grad("hook_logits"), expect, atol=1e-6)
+    assert tr.grad("blocks.0.hook_resid_pre").shape == tr["blocks.0.hook_resid_pre"].shape
+    assert all(not t.requires_grad for t in tr.values())
+
+
+def test_trace_leaves_the_model_alone(cfg, model):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    training = model.training
+    idx = random_ids(cfg)
+    trace(model, idx, targets=idx, grads=True, edits={"hook_embed": lambda e: e * 0})
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.parameters())
+    assert model.training == training
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_numpy_conversion_keeps_everything():
+    c = CONFIGS["gpt2-like"]
+    tr = trace(GPT(c), random_ids(c), targets=random_ids(c, seed=1), grads=True)
+    npt = tr.numpy()
+    assert list(npt) == list(tr)
+    assert isinstance(npt["hook_logits"], np.ndarray) and np.array_equal(npt["hook_logits"], tr["hook_logits"].numpy())
+    assert isinstance(npt.grad("hook_embed"), np.ndarray)
+    assert npt.info("hook_logits") == tr.info("hook_logits")
+    assert npt.loss == pytest.approx(tr.loss)
+    import pickle
+    assert list(pickle.loads(pickle.dumps(npt))) == list(tr)
+
+
+def test_same_seed_same_weights_and_no_global_rng_use():
+    c = CONFIGS["gpt2-like"]
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    a, b = GPT(c), GPT(c)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    d = GPT(c.replace(seed=1))
+    assert not torch.equal(a.transformer.wte.weight, d.transformer.wte.weight)
+
+
+def test_parameter_table_and_module_names():
+    c = CONFIGS["gpt2-like"]
+    m = GPT(c)
+    rows = m.parameter_table()
+    names = [r["name"] for r in rows]
+    for expected in ("transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+                     "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
+                     "transformer.h.0.ln_2.weight", "transformer.h.0.mlp.c_fc.weight",
+                     "transformer.h.0.mlp.c_proj.weight", "transformer.ln_f.weight"):
+        assert expected in names
+    assert sum(r["count"] for r in rows) == m.num_params() == c.num_params()
+    assert m.lm_head.weight is m.transformer.wte.weight and m.lm_head.bias is None
+    untied = GPT(CONFIGS["rms-post-sin-gelu"])
+    assert untied.num_params() == CONFIGS["rms-post-sin-gelu"].num_params()
+    assert "lm_head.weight" in dict(untied.named_parameters())
+
+
+def test_dropout_only_in_training_and_never_in_a_trace():
+    c = CONFIGS["rope-post-ln"]
+    m = GPT(c)
+    idx = random_ids(c)
+    m.train()
+    torch.manual_seed(0)
+    a = m(idx)[0]
+    assert not torch.equal(a, m(idx)[0])  # dropout is live in training
+    assert torch.equal(trace(m, idx)["hook_logits"], trace(m, idx)["hook_logits"])
+    m.eval()
+    assert torch.equal(trace(m, idx)["hook_logits"], m(idx)[0])
