@@ -1,5 +1,52 @@
-"""gptviz home page (placeholder until the app lands)."""
+"""gptviz: home page."""
+import pandas as pd
 import streamlit as st
 
-st.title("gptviz")
-st.write("Watch a small GPT work. The pages arrive with the app.")
+from gptviz import figures
+from gptviz.ui import page_links, page_setup, step_heatmap
+
+ctx = page_setup("Home", "🏠")
+tr = ctx.trace()
+cfg = ctx.cfg
+
+st.title("gptviz: watch a small GPT work")
+left, right = st.columns([2, 3])
+with left:
+    st.markdown(
+        "Type a sentence in the sidebar, pick a tokenizer and the model's shape, then walk the forward pass "
+        "page by page. **Every tensor is a heatmap** with its formula, its line of PyTorch and a sentence on "
+        "what it means. Change anything and everything after it is computed again."
+    )
+    loss = tr.loss
+    import math
+
+    uniform = math.log(cfg.vocab_size)
+    c1, c2 = st.columns(2)
+    c1.metric("Loss on your text", "—" if loss is None or math.isnan(loss) else f"{loss:.3f}",
+              help="Cross-entropy of the model's next-token guesses on the text in the sidebar.")
+    c2.metric("Uniform guess ln V", f"{uniform:.3f}", help=f"The loss of guessing all {cfg.vocab_size} tokens equally.")
+    if loss is not None and not math.isnan(loss):
+        st.caption("An untrained model scores close to ln V: it knows nothing yet."
+                   if abs(loss - uniform) < 0.5 else "")
+    st.metric("Parameters", f"{ctx.model.num_params():,}")
+with right:
+    step_heatmap(ctx, f"blocks.{ctx.layer}.attn.hook_pattern", head=ctx.head if ctx.head is not None else 0,
+                 title=f"Attention weights, layer {ctx.layer}", key="home", height=380, with_downloads=False)
+
+st.subheader("Pages")
+page_links()
+
+st.subheader("The model, with the shapes of your batch")
+B, T = ctx.batch.x.shape
+st.graphviz_chart(figures.architecture_dot(cfg, B, T), width="stretch")
+st.caption(
+    f"B={B} rows · T={T} positions · n_embd={cfg.n_embd} · n_head={cfg.n_head} · d_head={cfg.d_head} · "
+    f"d_mlp={cfg.d_mlp} · vocab={cfg.vocab_size} · {cfg.n_layer} layer(s) · {cfg.norm}, {cfg.norm_placement}-norm · "
+    f"{cfg.pos_encoding} positions · {cfg.activation}"
+)
+
+st.subheader("Parameters")
+rows = ctx.model.parameter_table()
+df = pd.DataFrame([{"tensor": r["name"], "shape": " × ".join(map(str, r["shape"])), "count": r["count"]} for r in rows])
+st.dataframe(df, hide_index=True, width="stretch")
+st.download_button("⬇ Config (JSON)", cfg.to_json(), file_name="gptviz-config.json", mime="application/json")

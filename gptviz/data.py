@@ -20,6 +20,8 @@ stack a few layers of this, add a little arithmetic in between, and the guesses 
 when the model is wrong, the loss is large; when it is right, the loss is small.
 training nudges every weight a little, step after step, until the loss falls.
 the cat sat on the mat again, and this time the model knew what came next!
+count with me: 0 1 2 3 4 5 6 7 8 9 10. is 2 + 2 = 4? yes; and 3 * 3 = 9 (not 6).
+"quotes", 'apostrophes', a dash - a slash / an ampersand & a hash # a percent % and @ symbol.
 """
 
 DEFAULT_PROMPT = "the cat sat on the mat."
@@ -61,7 +63,8 @@ def stream_batch(ids: Sequence[int], batch_size: int, block_size: int, start: in
     return x, y
 
 
-def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, block_size: int | None = None) -> Batch:
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, block_size: int | None = None,
+              already_said: frozenset = frozenset()) -> Batch:
     """Several token sequences as one batch: padded on the right to the longest, with a mask.
 
     Every token is an input; the target at position t is token t+1 of the same row. The last
@@ -74,12 +77,12 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, block_size: int | None
         raise ValueError("there are no tokens to show: type some text")
     if block_size is not None:
         for i, s in enumerate(seqs):
-            if len(s) > block_size:
+            if len(s) > block_size and i not in already_said:
                 notices.append(
                     f"Line {i + 1} has {len(s)} tokens; the model's context (block_size) is {block_size}, "
                     f"so its last {len(s) - block_size} tokens were cut."
                 )
-                seqs[i] = s[:block_size]
+            seqs[i] = s[:block_size]
     empty = [i + 1 for i, s in enumerate(seqs) if not s]
     if empty:
         notices.append("Empty line(s) " + ", ".join(map(str, empty)) + " were left out.")
@@ -96,14 +99,36 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, block_size: int | None
     return Batch(x, y, mask, [len(s) for s in seqs], notices)
 
 
-def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None = None) -> Batch:
-    """Encode each line of text as one row of a batch (see ``pad_batch``), with notices for the user."""
+MAX_LINES = 16
+
+
+def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None = None,
+                 max_lines: int = MAX_LINES) -> Batch:
+    """Encode each line of text as one row of a batch (see ``pad_batch``), with notices for the user.
+
+    At most ``max_lines`` lines are used. A line far longer than the context is cut before it is
+    encoded (a token is at least one character, so nothing that could fit is lost).
+    """
     if isinstance(texts, str):
         texts = texts.splitlines()
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError("the text is empty: type at least one line")
     notices = []
+    if len(texts) > max_lines:
+        notices.append(f"The text has {len(texts)} lines; only the first {max_lines} are used as the batch.")
+        texts = texts[:max_lines]
+    if block_size is not None:
+        limit = 4 * block_size + 64
+        cut = set()
+        for i, t in enumerate(texts):
+            if len(t) > limit:
+                notices.append(
+                    f"Line {i + 1} has {len(t):,} characters, far more than the model's context "
+                    f"(block_size={block_size}) can hold: only its first {block_size} tokens are used."
+                )
+                texts[i] = t[:limit]
+                cut.add(i)
     unknown_of = getattr(tokenizer, "unknown_chars", None)
     if unknown_of is not None:
         unknown: dict[str, None] = {}
@@ -115,6 +140,6 @@ def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None =
     seqs = [tokenizer.encode(t) for t in texts]
     if all(len(s) == 0 for s in seqs):
         raise ValueError("none of the text's characters are in the tokenizer's vocabulary")
-    batch = pad_batch(seqs, tokenizer.eot_id, block_size)
+    batch = pad_batch(seqs, tokenizer.eot_id, block_size, frozenset(cut) if block_size is not None else frozenset())
     batch.notices = notices + batch.notices
     return batch

@@ -1,0 +1,201 @@
+"""Turn a recorded step into the 2-D slice a heatmap shows: values, row and column labels, masked cells.
+
+No Streamlit and no Plotly here, so the slicing rules are tested on their own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .steps import MASKED, PROBABILITY, StepInfo
+
+MAX_COLS = 256  # a heatmap wider than this is paged
+TOPK_DEFAULT = 12
+
+
+@dataclass
+class Matrix:
+    values: np.ndarray  # (rows, cols) float; masked cells hold NaN
+    rows: list[str]
+    cols: list[str]
+    row_title: str
+    col_title: str
+    kind: str
+    masked: Optional[np.ndarray] = None  # (rows, cols) bool
+    note: str = ""  # e.g. "columns 0-255 of 3072"
+    hover_rows: Optional[list[str]] = None  # full descriptions for the hover (e.g. "pos 3: 'the'")
+    hover_cols: Optional[list[str]] = None
+
+
+def token_hover(labels: Sequence[str]) -> list[str]:
+    return [f"{i}: '{t}'" for i, t in enumerate(labels)]
+
+
+def _dim_labels(n: int, prefix: str = "") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def step_matrix(
+    value: np.ndarray,
+    info: StepInfo,
+    tokens: Sequence[str],
+    batch: int = 0,
+    head: Optional[int] = None,
+    col_page: int = 0,
+    max_cols: int = MAX_COLS,
+    masked: Optional[np.ndarray] = None,
+    n_pos: Optional[int] = None,
+) -> Matrix:
+    """The 2-D view of one step for one batch row.
+
+    ``head``: a head for per-head steps; None shows every head side by side (or, for score
+    steps, head 0). ``tokens`` label the positions. ``masked`` (T, T) marks cells attention may not
+    use. ``n_pos`` drops trailing padded positions. Wide steps are paged ``max_cols`` columns at a time.
+    """
+    axes = info.axes
+    v = np.asarray(value)
+    toks = list(tokens)
+    kind = info.kind
+    mask = None
+    if axes == ():
+        m = Matrix(v.reshape(1, 1).astype(float), ["loss"], [""], "", "", kind)
+        return m
+    if axes[0] == "batch":
+        v = v[batch]
+        axes = axes[1:]
+    if axes[0] == "head":  # (head, query_pos, key_pos)
+        v = v[head or 0]
+        T = v.shape[0] if n_pos is None else n_pos
+        v = v[:T, :T].astype(float)
+        mask = None if masked is None else np.asarray(masked)[:T, :T]
+        if kind == MASKED:
+            mask = np.isneginf(v) if mask is None else (mask | np.isneginf(v))
+        if mask is not None:
+            v = np.where(mask, np.nan, v)
+        return Matrix(v, toks[:T], toks[:T], "query", "key", kind, mask, "",
+                      token_hover(toks[:T]), token_hover(toks[:T]))
+    T = v.shape[0] if n_pos is None else min(n_pos, v.shape[0])
+    v = v[:T]
+    rows = toks[:T]
+    if len(axes) == 1:  # (pos,)
+        v = v[:, None].astype(float)
+        cols = [info.title.split(" ", 1)[-1] if info.layer is not None else info.title]
+        return Matrix(v, rows, cols, "position", "", kind, None, "", token_hover(rows), cols)
+    if len(axes) == 3:  # (pos, head, d_head)
+        nh, hs = v.shape[1], v.shape[2]
+        if head is not None:
+            v = v[:, head]
+            cols = _dim_labels(hs, f"h{head}.")
+        else:
+            v = v.reshape(T, nh * hs)
+            cols = [f"h{h}.{d}" for h in range(nh) for d in range(hs)]
+        col_title = "head.dim"
+    else:
+        last = axes[-1]
+        n = v.shape[1]
+        if last == "qkv":
+            third = n // 3
+            cols = [f"{'qkv'[i // third]}{i % third}" for i in range(n)]
+        elif last == "scale":
+            cols = ["σ" if "ln" in info.name else "scale"]
+        else:
+            cols = _dim_labels(n)
+        col_title = {"d_model": "d_model dim", "d_mlp": "hidden unit", "qkv": "q | k | v dim",
+                     "scale": "", "vocab": "token id"}.get(last, last)
+    v = v.astype(float)
+    note = ""
+    if v.shape[1] > max_cols:
+        pages = (v.shape[1] + max_cols - 1) // max_cols
+        col_page = max(0, min(col_page, pages - 1))
+        lo, hi = col_page * max_cols, min(v.shape[1], (col_page + 1) * max_cols)
+        note = f"columns {lo}–{hi - 1} of {v.shape[1]} (page {col_page + 1} of {pages})"
+        v = v[:, lo:hi]
+        cols = cols[lo:hi]
+    return Matrix(v, rows, cols, "position", col_title, kind, None, note, token_hover(rows), None)
+
+
+def page_count(n_cols: int, max_cols: int = MAX_COLS) -> int:
+    return max(1, (n_cols + max_cols - 1) // max_cols)
+
+
+def vocab_columns(logits: np.ndarray, targets: Optional[np.ndarray], k: int = TOPK_DEFAULT) -> np.ndarray:
+    """For a big vocabulary: the ids to show as columns — the top-k at any position, plus every target.
+
+    logits: (T, V); targets: (T,) with -100 where none. Sorted by id.
+    """
+    V = logits.shape[-1]
+    k = min(k, V)
+    top = np.argpartition(-logits, k - 1, axis=-1)[:, :k] if k < V else np.tile(np.arange(V), (logits.shape[0], 1))
+    ids = set(top.ravel().tolist())
+    if targets is not None:
+        ids |= {int(t) for t in np.asarray(targets).ravel() if 0 <= t < V}
+    return np.array(sorted(ids), dtype=np.int64)
+
+
+def vocab_matrix(values: np.ndarray, ids: np.ndarray, id_labels: Sequence[str], tokens: Sequence[str],
+                 kind: str, targets: Optional[np.ndarray] = None) -> Matrix:
+    """(T, V) values restricted to columns ``ids``; targets are marked in the column hover."""
+    v = np.asarray(values)[:, ids].astype(float)
+    cols = [f"{id_labels[i]}" for i in ids]
+    hover_cols = [f"id {i}: '{id_labels[i]}'" for i in ids]
+    return Matrix(v, list(tokens), cols, "position", "next token", kind, None, "", token_hover(tokens), hover_cols)
+
+
+def top_predictions(probs: np.ndarray, k: int, id_labels: Sequence[str]) -> list[list[tuple[str, float]]]:
+    """For each position, the k most likely next tokens as (label, probability), best first."""
+    k = min(k, probs.shape[-1])
+    order = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    return [[(id_labels[i], float(probs[t, i])) for i in order[t]] for t in range(probs.shape[0])]
+
+
+def masked_cells(trace, batch: int) -> Optional[np.ndarray]:
+    """(T, T) bool: the cells attention may not use in this batch row (future keys and padding)."""
+    for name in trace:
+        if name.endswith("attn.hook_attn_scores"):
+            return np.isneginf(np.asarray(trace[name])[batch, 0])
+    return None
+
+
+def averaging_matrix(T: int) -> np.ndarray:
+    """The plain causal average: row t gives 1/(t+1) to every position up to t."""
+    m = np.tril(np.ones((T, T)))
+    return m / m.sum(axis=1, keepdims=True)
+
+
+def residual_norms(trace, batch: int, n_pos: Optional[int] = None) -> tuple[np.ndarray, list[str]]:
+    """The L2 norm of every position's residual vector at each point of the stream. (stages, T)."""
+    names = [n for n in trace if n.endswith(("hook_resid_pre", "hook_resid_mid"))]
+    names += [n for n in trace if n.endswith("hook_resid_post")][-1:]
+    order = [n for n in trace if n in names]
+    rows = [np.linalg.norm(np.asarray(trace[n])[batch], axis=-1) for n in order]
+    out = np.stack(rows)
+    if n_pos is not None:
+        out = out[:, :n_pos]
+    labels = [n.replace("blocks.", "L").replace(".hook_", " ") for n in order]
+    return out, labels
+
+
+def embedding_lookup(wte: np.ndarray, ids: Sequence[int], max_vocab_cols: int = 64):
+    """Token embedding as a matrix product: one-hot (T, U) × W_E[U] (U, C) = E (T, C).
+
+    For a big vocabulary only the U distinct ids of the text are kept as columns (every other column of
+    the one-hot matrix is all zeros). Returns (onehot, rows_of_W_E, product, column_ids).
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    V = wte.shape[0]
+    cols = np.arange(V) if V <= max_vocab_cols else np.unique(ids)
+    onehot = (ids[:, None] == cols[None, :]).astype(np.float32)
+    rows = np.asarray(wte)[cols]
+    return onehot, rows, onehot @ rows, cols
+
+
+def loss_check(logits: np.ndarray, targets: np.ndarray) -> float:
+    """``F.cross_entropy`` on the same logits and targets, computed by PyTorch itself (for comparison)."""
+    import torch
+    import torch.nn.functional as F
+
+    lg = torch.as_tensor(np.asarray(logits))
+    y = torch.as_tensor(np.asarray(targets))
+    return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), ignore_index=-100))
