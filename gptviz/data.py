@@ -125,7 +125,7 @@ def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None =
             if len(t) > limit:
                 notices.append(
                     f"Line {i + 1} has {len(t):,} characters, far more than the model's context "
-                    f"(block_size={block_size}) can hold: only its first {block_size} tokens are used."
+                    f"(block_size={block_size}) can hold: it was cut to its first {block_size} tokens."
                 )
                 texts[i] = t[:limit]
                 cut.add(i)

@@ -26,7 +26,6 @@ MASK_COLOR = "#9a9a9a"
 SIGNED_SCALE = "RdBu_r"
 PROB_SCALE = "Blues"
 NONNEG_SCALE = "Viridis"
-MAX_HOVER_CELLS = 40_000  # beyond this the hover names positions by number only
 MAX_TEXT_CELLS = 400  # numbers in cells only for small tensors
 MAX_TICKS = 48
 
@@ -44,6 +43,12 @@ def color_args(kind: str, values: np.ndarray) -> dict:
     return dict(colorscale=SIGNED_SCALE, zmin=-m, zmax=m, zmid=0.0)
 
 
+def _figure(data: list, layout: dict) -> go.Figure:
+    # Built from plain dicts and wrapped without validation: Plotly's object model costs ~15 ms per
+    # heatmap, which a page of a dozen heatmaps cannot afford on every rerun. Tests check the result.
+    return go.Figure(dict(data=data, layout=layout), _validate=False)
+
+
 def _ticks(labels: Sequence[str]) -> dict:
     n = len(labels)
     step = max(1, math.ceil(n / MAX_TICKS))
@@ -51,56 +56,72 @@ def _ticks(labels: Sequence[str]) -> dict:
     return dict(tickmode="array", tickvals=idx, ticktext=[labels[i] for i in idx], tickfont=TICK_FONT)
 
 
-def _layout(fig: go.Figure, title: str, n_rows: int, x_title: str, y_title: str, height: Optional[int] = None):
-    fig.update_layout(
-        title=dict(text=title, font=dict(size=18)),
-        font=FONT,
-        height=height or int(min(720, max(260, 30 * n_rows + 150))),
-        margin=dict(l=10, r=10, t=60, b=10),
-        plot_bgcolor="white",
-    )
-    fig.update_xaxes(title_text=x_title, showgrid=False, zeroline=False)
-    fig.update_yaxes(title_text=y_title, showgrid=False, zeroline=False, autorange="reversed")
-    return fig
+def _axis(title: str = "", reverse: bool = False, **extra) -> dict:
+    ax = dict(title=dict(text=title), showgrid=False, zeroline=False, **extra)
+    if reverse:
+        ax["autorange"] = "reversed"
+    return ax
+
+
+def _base_layout(title: str, height: int, **extra) -> dict:
+    return dict(title=dict(text=title, font=dict(size=18)), font=FONT, height=height,
+                margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white", **extra)
+
+
+def _height(n_rows: int) -> int:
+    return int(min(720, max(260, 30 * n_rows + 150)))
+
+
+def _mask_trace(masked: np.ndarray, x=None, y=None, **extra) -> dict:
+    t = dict(type="heatmap", z=np.where(masked, 1.0, np.nan), showscale=False, name="masked",
+             colorscale=[[0, MASK_COLOR], [1, MASK_COLOR]], zmin=0, zmax=1, hovertemplate="masked<extra></extra>")
+    if x is not None:
+        t["x"], t["y"] = x, y
+    t.update(extra)
+    return t
+
+
+def _unique(labels: Sequence[str]) -> list[str]:
+    """Labels made distinct (a repeated token gets its index), so each can name a category on an axis."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, lab in enumerate(labels):
+        lab = str(lab)
+        out.append(lab if lab not in seen else f"{lab} [{i}]")
+        seen[lab] = 1
+    return out
 
 
 def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_title: str = "",
             height: Optional[int] = None) -> go.Figure:
-    """One step as a heatmap: rows are positions (tokens), columns whatever the step's last axis is."""
+    """One step as a heatmap: rows are positions (tokens), columns whatever the step's last axis is.
+
+    Each row and column is a category named by its hover label (e.g. "3: 'the'"), so tokens that repeat
+    stay distinct cells; the ticks show the plain token.
+    """
     z = np.asarray(m.values, dtype=float)
     nr, nc = z.shape
-    ca = color_args(m.kind, z)
-    hr = m.hover_rows or list(m.rows)
-    hc = m.hover_cols or list(m.cols)
-    trace_kw = dict(z=z, x=list(range(nc)), y=list(range(nr)), colorbar=dict(title=colorbar_title, tickfont=TICK_FONT), **ca)
-    if nr * nc <= MAX_HOVER_CELLS:
-        custom = np.empty((nr, nc, 2), dtype=object)
-        custom[:, :, 0] = np.asarray(hr, dtype=object)[:, None]
-        custom[:, :, 1] = np.asarray(hc, dtype=object)[None, :]
-        trace_kw["customdata"] = custom
-        trace_kw["hovertemplate"] = (f"{m.row_title or 'row'} %{{customdata[0]}}<br>{m.col_title or 'column'} "
-                                     "%{customdata[1]}<br>value %{z:.4g}<extra></extra>")
-    else:
-        trace_kw["hovertemplate"] = f"{m.row_title} %{{y}}<br>{m.col_title} %{{x}}<br>value %{{z:.4g}}<extra></extra>"
+    xs = _unique(m.hover_cols or m.cols)
+    ys = _unique(m.hover_rows or m.rows)
+    main = dict(type="heatmap", z=z, x=xs, y=ys, colorbar=dict(title=dict(text=colorbar_title), tickfont=TICK_FONT),
+                hovertemplate=f"{m.row_title or 'row'} %{{y}}<br>{m.col_title or 'column'} %{{x}}<br>value %{{z:.4g}}<extra></extra>",
+                **color_args(m.kind, z))
     if show_values and nr * nc <= MAX_TEXT_CELLS:
-        trace_kw["texttemplate"] = "%{z:.2f}"
-        trace_kw["textfont"] = dict(size=12)
-    fig = go.Figure(go.Heatmap(**trace_kw))
+        main["texttemplate"] = "%{z:.2f}"
+        main["textfont"] = dict(size=12)
+    data = [main]
     if m.masked is not None and m.masked.any():
-        mz = np.where(m.masked, 1.0, np.nan)
-        mask_kw = dict(z=mz, x=list(range(nc)), y=list(range(nr)), showscale=False,
-                       colorscale=[[0, MASK_COLOR], [1, MASK_COLOR]], zmin=0, zmax=1, name="masked")
-        if nr * nc <= MAX_HOVER_CELLS:
-            mask_kw["customdata"] = trace_kw["customdata"]
-            mask_kw["hovertemplate"] = (f"{m.row_title} %{{customdata[0]}}<br>{m.col_title} %{{customdata[1]}}"
-                                        "<br>masked: this key is in the future or is padding<extra></extra>")
-        fig.add_trace(go.Heatmap(**mask_kw))
+        data.append(_mask_trace(m.masked, xs, ys, hovertemplate=(
+            f"{m.row_title} %{{y}}<br>{m.col_title} %{{x}}<br>masked: this key is in the future or is padding<extra></extra>")))
     if m.note:
         title = f"{title} <span style='font-size:13px'>({m.note})</span>" if title else m.note
-    _layout(fig, title, nr, m.col_title, m.row_title, height)
-    fig.update_xaxes(**_ticks(m.cols))
-    fig.update_yaxes(**_ticks(m.rows))
-    return fig
+    xt, yt = _ticks(m.cols), _ticks(m.rows)
+    xt["tickvals"] = [xs[i] for i in xt["tickvals"]]
+    yt["tickvals"] = [ys[i] for i in yt["tickvals"]]
+    layout = _base_layout(title, height or _height(nr),
+                          xaxis=_axis(m.col_title, type="category", **xt),
+                          yaxis=_axis(m.row_title, reverse=True, type="category", **yt))
+    return _figure(data, layout)
 
 
 def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[str], col_names: Sequence[str],
@@ -114,46 +135,45 @@ def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[st
     T = np.asarray(blocks[0][0]).shape[0]
     g = T + 1
     big = np.full((R * g - 1, C * g - 1), np.nan)
-    mask_big = np.full_like(big, np.nan)
+    mask_big = np.zeros_like(big, dtype=bool)
     for r in range(R):
         for c in range(C):
             tile = np.asarray(blocks[r][c], dtype=float)
             if masked is not None:
-                mask_big[r * g:r * g + T, c * g:c * g + T] = np.where(masked, 1.0, np.nan)
+                mask_big[r * g:r * g + T, c * g:c * g + T] = masked
                 tile = np.where(masked, np.nan, tile)
             big[r * g:r * g + T, c * g:c * g + T] = tile
-    fig = go.Figure(go.Heatmap(z=big, hovertemplate="value %{z:.3f}<extra></extra>", **color_args(kind, big),
-                               colorbar=dict(tickfont=TICK_FONT)))
-    if masked is not None and masked.any():
-        fig.add_trace(go.Heatmap(z=mask_big, showscale=False, colorscale=[[0, MASK_COLOR], [1, MASK_COLOR]],
-                                 zmin=0, zmax=1, hovertemplate="masked<extra></extra>"))
-    _layout(fig, title, R * g, "", "", height or int(min(900, max(300, 60 + R * max(90, 8 * g)))))
-    fig.update_xaxes(tickmode="array", tickvals=[c * g + (T - 1) / 2 for c in range(C)], ticktext=list(col_names),
-                     tickfont=TICK_FONT)
-    fig.update_yaxes(tickmode="array", tickvals=[r * g + (T - 1) / 2 for r in range(R)], ticktext=list(row_names),
-                     tickfont=TICK_FONT)
-    return fig
+    data = [dict(type="heatmap", z=big, hovertemplate="value %{z:.3f}<extra></extra>", colorbar=dict(tickfont=TICK_FONT),
+                 **color_args(kind, big))]
+    if mask_big.any():
+        data.append(_mask_trace(mask_big))
+    layout = _base_layout(title, height or int(min(900, max(300, 60 + R * max(90, 8 * g)))),
+                          xaxis=_axis(tickmode="array", tickvals=[c * g + (T - 1) / 2 for c in range(C)],
+                                      ticktext=list(col_names), tickfont=TICK_FONT),
+                          yaxis=_axis(reverse=True, tickmode="array", tickvals=[r * g + (T - 1) / 2 for r in range(R)],
+                                      ticktext=list(row_names), tickfont=TICK_FONT))
+    return _figure(data, layout)
 
 
 def side_by_side(left: Matrix, right: Matrix, left_title: str, right_title: str, height: Optional[int] = None) -> go.Figure:
     """Two same-shaped matrices next to each other on one colour scale (e.g. a plain average vs a learned pattern)."""
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(left_title, right_title), horizontal_spacing=0.08)
     both = np.concatenate([left.values[np.isfinite(left.values)], right.values[np.isfinite(right.values)]])
     ca = color_args(left.kind, both)
-    for i, m in enumerate((left, right), start=1):
-        fig.add_trace(go.Heatmap(z=m.values, showscale=i == 2, hovertemplate="query %{y} · key %{x}<br>%{z:.3f}<extra></extra>",
-                                 colorbar=dict(tickfont=TICK_FONT), **ca), row=1, col=i)
+    data, layout = [], _base_layout("", height or int(min(640, max(300, 28 * len(left.rows) + 140))))
+    layout["annotations"] = []
+    for i, (m, t) in enumerate(((left, left_title), (right, right_title)), start=1):
+        sfx = "" if i == 1 else str(i)
+        x0, x1 = (0.0, 0.44) if i == 1 else (0.52, 0.96)
+        data.append(dict(type="heatmap", z=m.values, xaxis=f"x{sfx}", yaxis=f"y{sfx}", showscale=i == 2,
+                         hovertemplate="query %{y} · key %{x}<br>%{z:.3f}<extra></extra>",
+                         colorbar=dict(tickfont=TICK_FONT), **ca))
         if m.masked is not None and m.masked.any():
-            fig.add_trace(go.Heatmap(z=np.where(m.masked, 1.0, np.nan), showscale=False, zmin=0, zmax=1,
-                                     colorscale=[[0, MASK_COLOR], [1, MASK_COLOR]], hovertemplate="masked<extra></extra>"),
-                          row=1, col=i)
-        fig.update_xaxes(**_ticks(m.cols), row=1, col=i)
-        fig.update_yaxes(**_ticks(m.rows), autorange="reversed", row=1, col=i)
-    fig.update_layout(font=FONT, height=height or int(min(640, max(300, 28 * len(left.rows) + 140))),
-                      margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white")
-    return fig
+            data.append(_mask_trace(m.masked, xaxis=f"x{sfx}", yaxis=f"y{sfx}"))
+        layout[f"xaxis{sfx}"] = _axis("key", domain=[x0, x1], anchor=f"y{sfx}", **_ticks(m.cols))
+        layout[f"yaxis{sfx}"] = _axis("query" if i == 1 else "", reverse=True, anchor=f"x{sfx}", **_ticks(m.rows))
+        layout["annotations"].append(dict(text=t, x=(x0 + x1) / 2, y=1.0, xref="paper", yref="paper", yanchor="bottom",
+                                          showarrow=False, font=dict(size=16)))
+    return _figure(data, layout)
 
 
 def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", x_title: str = "",
@@ -163,38 +183,41 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", x
     colors = ["#1f77b4"] * len(values)
     if highlight is not None and 0 <= highlight < len(values):
         colors[highlight] = "#d62728"
+    pos = list(range(len(labels)))
+    tick = dict(tickmode="array", tickvals=pos, ticktext=list(labels), tickfont=TICK_FONT)
+    rng = dict(range=[0, 1]) if prob else {}
     if horizontal:
-        fig = go.Figure(go.Bar(x=list(values), y=list(range(len(labels))), orientation="h", marker_color=colors,
-                               text=[f"{v:.3g}" for v in values], textposition="auto",
-                               hovertemplate="%{customdata}: %{x:.4g}<extra></extra>", customdata=list(labels)))
-        fig.update_yaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=list(labels),
-                         autorange="reversed", tickfont=TICK_FONT, title_text=y_title)
-        fig.update_xaxes(title_text=x_title, range=[0, 1] if prob else None)
+        bar = dict(type="bar", x=list(values), y=pos, orientation="h", marker=dict(color=colors),
+                   text=[f"{v:.3g}" for v in values], textposition="auto", customdata=list(labels),
+                   hovertemplate="%{customdata}: %{x:.4g}<extra></extra>")
+        xa, ya = _axis(x_title, **rng), _axis(y_title, reverse=True, **tick)
+        height = int(min(720, max(260, 28 * len(labels) + 120)))
     else:
-        fig = go.Figure(go.Bar(x=list(range(len(labels))), y=list(values), marker_color=colors,
-                               hovertemplate="%{customdata}: %{y:.4g}<extra></extra>", customdata=list(labels)))
-        fig.update_xaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=list(labels), tickfont=TICK_FONT,
-                         title_text=x_title)
-        fig.update_yaxes(title_text=y_title, range=[0, 1] if prob else None)
-    fig.update_layout(title=dict(text=title, font=dict(size=18)), font=FONT, margin=dict(l=10, r=10, t=60, b=10),
-                      height=int(min(720, max(260, (28 * len(labels) + 120) if horizontal else 420))),
-                      plot_bgcolor="white")
-    return fig
+        bar = dict(type="bar", x=pos, y=list(values), marker=dict(color=colors), customdata=list(labels),
+                   hovertemplate="%{customdata}: %{y:.4g}<extra></extra>")
+        xa, ya = _axis(x_title, **tick), _axis(y_title, **rng)
+        height = 420
+    return _figure([bar], _base_layout(title, height, xaxis=xa, yaxis=ya))
 
 
 def line_chart(series: dict[str, Sequence[float]], x: Optional[Sequence[float]] = None, title: str = "",
                x_title: str = "", y_title: str = "", hlines: Optional[dict[str, float]] = None) -> go.Figure:
     """Lines (e.g. a loss curve), with optional labelled horizontal reference lines (e.g. ln V)."""
-    fig = go.Figure()
+    data = []
     for name, ys in series.items():
-        fig.add_trace(go.Scatter(x=list(x) if x is not None else list(range(len(ys))), y=list(ys), mode="lines+markers"
-                                 if len(ys) < 40 else "lines", name=name))
+        xs = list(x) if x is not None else list(range(len(ys)))
+        data.append(dict(type="scatter", x=xs, y=list(ys), mode="lines+markers" if len(ys) < 40 else "lines", name=name))
+    layout = _base_layout(title, 380, xaxis=dict(title=dict(text=x_title)), yaxis=dict(title=dict(text=y_title)),
+                          legend=dict(font=TICK_FONT))
+    layout["plot_bgcolor"] = None
+    shapes, notes = [], []
     for label, yv in (hlines or {}).items():
-        fig.add_hline(y=yv, line_dash="dash", line_color="#777", annotation_text=label, annotation_font=TICK_FONT)
-    fig.update_layout(title=dict(text=title, font=dict(size=18)), font=FONT, height=380,
-                      margin=dict(l=10, r=10, t=60, b=10), xaxis_title=x_title, yaxis_title=y_title,
-                      legend=dict(font=TICK_FONT))
-    return fig
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=yv, y1=yv,
+                           line=dict(dash="dash", color="#777")))
+        notes.append(dict(text=label, xref="paper", x=1, y=yv, yref="y", xanchor="right", yanchor="bottom",
+                          showarrow=False, font=TICK_FONT))
+    layout["shapes"], layout["annotations"] = shapes, notes
+    return _figure(data, layout)
 
 
 # --------------------------------------------------------------------------- non-Plotly pictures
@@ -271,17 +294,18 @@ def token_grid(tokens: Sequence[Sequence[str]], ids: np.ndarray, mask: np.ndarra
     ids = np.asarray(ids)
     B, T = ids.shape
     real = (np.asarray(mask) > 0) & (ids >= 0)
-    z = np.where(real, 1.0, np.nan)
-    text = [[(f"{tokens[b][t]}<br>{int(ids[b, t])}" if real[b, t] else ignore_label) for t in range(T)] for b in range(B)]
-    fig = go.Figure(go.Heatmap(z=z, x=list(range(T)), y=list(range(B)), colorscale=[[0, "#dbe8fb"], [1, "#dbe8fb"]],
-                               showscale=False, text=text, texttemplate="%{text}", textfont=dict(size=15),
-                               hovertemplate="row %{y}, position %{x}<br>%{text}<extra></extra>", xgap=3, ygap=3))
-    pad = np.where(real, np.nan, 1.0)
-    if np.isfinite(pad).any():
-        fig.add_trace(go.Heatmap(z=pad, x=list(range(T)), y=list(range(B)), showscale=False, xgap=3, ygap=3,
-                                 colorscale=[[0, "#d0d0d0"], [1, "#d0d0d0"]], text=text, texttemplate="%{text}",
-                                 hovertemplate="row %{y}, position %{x}: padding / no target<extra></extra>"))
-    _layout(fig, title, B, "position t", "batch row b", height=int(min(600, 90 + 62 * B)))
-    fig.update_xaxes(tickmode="array", tickvals=list(range(T)), ticktext=[str(t) for t in range(T)], tickfont=TICK_FONT)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(B)), ticktext=[str(b) for b in range(B)], tickfont=TICK_FONT)
-    return fig
+    text = [[(f"{html.escape(tokens[b][t])}<br>{int(ids[b, t])}" if real[b, t] else ignore_label) for t in range(T)]
+            for b in range(B)]
+    xs, ys = list(range(T)), list(range(B))
+    data = [dict(type="heatmap", z=np.where(real, 1.0, np.nan), x=xs, y=ys, colorscale=[[0, "#dbe8fb"], [1, "#dbe8fb"]],
+                 showscale=False, text=text, texttemplate="%{text}", textfont=dict(size=15), xgap=3, ygap=3,
+                 hovertemplate="row %{y}, position %{x}<br>%{text}<extra></extra>")]
+    if (~real).any():
+        data.append(dict(type="heatmap", z=np.where(real, np.nan, 1.0), x=xs, y=ys, showscale=False, xgap=3, ygap=3,
+                         colorscale=[[0, "#d0d0d0"], [1, "#d0d0d0"]], text=text, texttemplate="%{text}",
+                         hovertemplate="row %{y}, position %{x}: padding / no target<extra></extra>"))
+    layout = _base_layout(title, int(min(600, 90 + 62 * B)),
+                          xaxis=_axis("position t", tickmode="array", tickvals=xs, ticktext=[str(t) for t in xs], tickfont=TICK_FONT),
+                          yaxis=_axis("batch row b", reverse=True, tickmode="array", tickvals=ys, ticktext=[str(b) for b in ys],
+                                      tickfont=TICK_FONT))
+    return _figure(data, layout)

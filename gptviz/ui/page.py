@@ -22,9 +22,6 @@ from . import resources, state
 
 CSS = """
 <style>
-/* Larger type for a projector. */
-html, body, [class*="st-"] { font-size: 17px; }
-h1 { font-size: 2.2rem !important; }
 .block-container { padding-top: 2.2rem; }
 </style>
 """

@@ -1,0 +1,52 @@
+import math
+
+from apphelp import charts, messages, metric, ok, page, set_sidebar
+
+
+def test_renders_by_default_with_diagram_params_and_loss():
+    at = ok(page("home"))
+    assert len(at.get("graphviz_chart")) == 1
+    v = metric(at, "Uniform guess ln V")
+    loss = metric(at, "Loss on your text")
+    assert abs(loss - v) < 0.5  # an untrained model is close to guessing uniformly
+    assert metric(at, "Parameters") > 1000
+    assert len(at.dataframe) == 1
+    # the attention heatmap above the fold is a probability map with grey masked cells
+    pattern = charts(at)[0]["data"]
+    assert pattern[0]["zmin"] == 0 and pattern[0]["zmax"] == 1 and len(pattern) == 2
+
+
+def test_changing_the_shape_changes_params_and_diagram():
+    at = page("home")
+    before = metric(at, "Parameters")
+    dot_before = at.get("graphviz_chart")[0].proto.spec
+    at = set_sidebar(at, "n_layer", 3)
+    ok(at)
+    assert metric(at, "Parameters") > before
+    assert "× 3 blocks" in at.get("graphviz_chart")[0].proto.spec and dot_before != at.get("graphviz_chart")[0].proto.spec
+
+
+def test_invalid_shape_is_a_message_and_the_page_keeps_working():
+    at = page("home")
+    params = metric(at, "Parameters")
+    at = set_sidebar(at, "n_head", 3)
+    ok(at)
+    assert "n_embd=16 must be divisible by n_head=3" in messages(at)
+    assert metric(at, "Parameters") == params  # still the last good model
+    assert at.number_input(key="w.n_head").value == 3  # the user's input is kept
+
+
+def test_a_link_opens_exactly_that_view():
+    at = ok(page("home", n_layer=3, n_embd=24, text="hello there"))
+    assert "× 3 blocks" in at.get("graphviz_chart")[0].proto.spec and "C=24" in at.get("graphviz_chart")[0].proto.spec
+    assert at.text_area(key="w.text").value == "hello there"
+    assert at.query_params["n_layer"] == "3"
+
+
+def test_reset_to_defaults():
+    at = page("home", n_layer=3)
+    at.button[-1].click().run() if at.button[-1].label == "Reset to defaults" else None
+    at = [b for b in at.button if b.label == "Reset to defaults"][0].click().run()
+    ok(at)
+    assert at.number_input(key="w.n_layer").value == 2
+    assert not math.isnan(metric(at, "Loss on your text"))

@@ -1,0 +1,96 @@
+"""Helpers for driving pages with Streamlit's AppTest."""
+import json
+import math
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = {
+    "home": "app.py",
+    "tokens": "pages/1_Tokens_and_batch.py",
+    "embeddings": "pages/2_Embeddings.py",
+    "attention": "pages/3_Attention.py",
+    "mlp": "pages/4_MLP_and_residual.py",
+    "logits": "pages/5_Logits_and_loss.py",
+    "step": "pages/6_Step_through.py",
+}
+TIMEOUT = 120  # torch's first import alone can take seconds
+
+
+def page(name: str, **query) -> AppTest:
+    """A fresh session on one page, opened directly (no state from any other page)."""
+    at = AppTest.from_file(str(ROOT / PAGES[name]), default_timeout=TIMEOUT)
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    return at.run()
+
+
+def charts(at: AppTest) -> list[dict]:
+    """Every Plotly chart on the page, as the JSON the browser would get."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def titles(at: AppTest) -> list[str]:
+    out = []
+    for c in charts(at):
+        t = c.get("layout", {}).get("title", {})
+        out.append(t.get("text", "") if isinstance(t, dict) else str(t))
+    return out
+
+
+def ok(at: AppTest) -> AppTest:
+    """No exception anywhere on the page, and at least one chart."""
+    assert not at.exception, [e.message for e in at.exception]
+    assert len(at.get("plotly_chart")) >= 1
+    return at
+
+
+def messages(at: AppTest) -> str:
+    return " | ".join(str(m.value) for kind in (at.error, at.warning, at.info) for m in kind)
+
+
+def metric(at: AppTest, label: str) -> float:
+    for m in at.metric:
+        if m.label == label:
+            return float(m.value.replace(",", "")) if m.value not in ("—", "") else math.nan
+    raise KeyError(label)
+
+
+def set_sidebar(at: AppTest, field: str, value) -> AppTest:
+    """Change one shared setting through its sidebar widget, like a user would."""
+    key = "w." + field
+    for getter in (at.number_input, at.selectbox, at.checkbox, at.text_area, at.slider):
+        try:
+            w = getter(key=key)
+        except KeyError:
+            continue
+        if getter == at.text_area:
+            w.input(value)
+        else:
+            w.set_value(value)
+        return at.run()
+    raise KeyError(field)
+
+
+def array(v):
+    """A Plotly array from the figure JSON: plain lists, or base64 'bdata' (typed arrays)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        shape = v.get("shape")
+        if isinstance(shape, str):
+            shape = [int(n) for n in shape.split(",")]
+        return a.reshape(shape) if shape else a
+    return np.asarray(v, dtype=float)
+
+
+def chart(at, title_start: str) -> dict:
+    for c in charts(at):
+        t = c.get("layout", {}).get("title", {})
+        if (t.get("text", "") if isinstance(t, dict) else "").startswith(title_start):
+            return c
+    raise KeyError(title_start)

@@ -1,0 +1,152 @@
+"""Figure builders on their own: traces, labels, colour scales, masked cells."""
+import json
+
+import numpy as np
+import plotly.io as pio
+import pytest
+import torch
+
+from conftest import CONFIGS, random_ids
+from gptviz import GPT, figures, trace, views
+from gptviz.steps import PROBABILITY
+
+
+@pytest.fixture(scope="module")
+def tr():
+    c = CONFIGS["gpt2-like"]
+    idx = random_ids(c, B=2, T=6)
+    mask = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
+    return trace(GPT(c), idx, targets=random_ids(c, B=2, T=6, seed=1), attention_mask=mask).numpy()
+
+
+TOKS = ["the", "cat", "sat", "the", "mat", "."]
+
+
+def roundtrip(fig):
+    """What the browser gets: the figure's JSON, parsed back."""
+    return json.loads(pio.to_json(fig, validate=True))
+
+
+def test_signed_heatmap_is_diverging_and_centred(tr):
+    name = "blocks.0.hook_resid_pre"
+    m = views.step_matrix(tr[name], tr.info(name), TOKS, batch=0)
+    fig = figures.heatmap(m, "resid")
+    h = fig.data[0]
+    assert h.type == "heatmap" and len(fig.data) == 1
+    assert h.zmid == 0 and h.zmin == -h.zmax == -float(np.abs(tr[name][0]).max())
+    assert fig.layout.yaxis.ticktext == tuple(TOKS) and fig.layout.yaxis.autorange == "reversed"
+    # the repeated "the" stays two distinct rows
+    assert len(set(h.y)) == 6 and h.y[0] != h.y[3]
+    assert "value" in h.hovertemplate
+    roundtrip(fig)
+
+
+def test_probability_heatmap_is_fixed_zero_to_one_with_masked_cells_grey(tr):
+    name = "blocks.0.attn.hook_pattern"
+    mk = views.masked_cells(tr, 1)
+    m = views.step_matrix(tr[name], tr.info(name), TOKS, batch=1, head=1, masked=mk)
+    fig = figures.heatmap(m, "pattern")
+    main, overlay = fig.data
+    assert (main.zmin, main.zmax) == (0.0, 1.0)
+    expected = np.triu(np.ones((6, 6), bool), 1)
+    expected[:, 4:] = True  # padded keys
+    assert np.array_equal(m.masked, expected)
+    z = np.asarray(main.z, dtype=float)
+    assert np.isnan(z[expected]).all() and np.isfinite(z[~expected]).all()
+    oz = np.asarray(overlay.z, dtype=float)
+    assert np.array_equal(np.isfinite(oz), expected)  # grey exactly on masked cells
+    assert overlay.colorscale[0][1] == figures.MASK_COLOR and "masked" in overlay.hovertemplate
+    assert figures.MASK_COLOR.lower() not in ("#ffffff", "#f7fbff")  # not the colour of 0
+    roundtrip(fig)
+
+
+def test_masked_scores_mark_minus_infinity(tr):
+    name = "blocks.1.attn.hook_attn_scores"
+    m = views.step_matrix(tr[name], tr.info(name), TOKS, batch=0, head=0)
+    assert np.array_equal(m.masked, np.triu(np.ones((6, 6), bool), 1))
+    fig = figures.heatmap(m)
+    assert len(fig.data) == 2 and fig.data[0].zmid == 0
+
+
+def test_heads_and_paging(tr):
+    z = tr["blocks.0.attn.hook_z"]
+    info = tr.info("blocks.0.attn.hook_z")
+    one = views.step_matrix(z, info, TOKS, head=1)
+    assert one.values.shape == (6, 4) and one.cols[0] == "h1.0"
+    assert np.array_equal(one.values, z[0, :, 1])
+    allh = views.step_matrix(z, info, TOKS, head=None)
+    assert allh.values.shape == (6, 8) and allh.cols[4] == "h1.0"
+    paged = views.step_matrix(z, info, TOKS, head=None, max_cols=3, col_page=2)
+    assert paged.values.shape == (6, 2) and "page 3 of 3" in paged.note
+    assert np.array_equal(paged.values, allh.values[:, 6:8])
+
+
+def test_numbers_in_cells_only_when_small(tr):
+    name = "blocks.0.attn.hook_pattern"
+    m = views.step_matrix(tr[name], tr.info(name), TOKS, head=0)
+    assert figures.heatmap(m, show_values=True).data[0].texttemplate == "%{z:.2f}"
+    assert figures.heatmap(m, show_values=False).data[0].texttemplate is None
+    big = views.Matrix(np.zeros((30, 30)), [str(i) for i in range(30)], [str(i) for i in range(30)], "r", "c", "signed")
+    assert figures.heatmap(big, show_values=True).data[0].texttemplate is None
+
+
+def test_nonnegative_and_scalar(tr):
+    m = views.step_matrix(tr["blocks.0.ln1.hook_scale"], tr.info("blocks.0.ln1.hook_scale"), TOKS)
+    h = figures.heatmap(m).data[0]
+    assert h.zmin == 0 and h.colorscale and m.values.shape == (6, 1)
+    loss = views.step_matrix(tr["hook_loss"], tr.info("hook_loss"), TOKS)
+    assert loss.values.shape == (1, 1) and loss.values[0, 0] == pytest.approx(tr.loss)
+
+
+def test_vocab_columns_top_k_plus_targets():
+    logits = np.array([[0.0, 5.0, 1.0, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0, 4.0]])
+    ids = views.vocab_columns(logits, np.array([3, -100]), k=1)
+    assert ids.tolist() == [1, 3, 4]
+    m = views.vocab_matrix(logits, ids, ["a", "b", "c", "d", "e"], ["x", "y"], "signed")
+    assert m.cols == ["b", "d", "e"] and m.values[1, 2] == 4.0
+
+
+def test_top_predictions_and_averaging():
+    p = np.array([[0.1, 0.7, 0.2]])
+    assert views.top_predictions(p, 2, ["a", "b", "c"]) == [[("b", 0.7), ("c", 0.2)]]
+    avg = views.averaging_matrix(3)
+    assert np.allclose(avg, [[1, 0, 0], [0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]])
+
+
+def test_tiled_heatmap_places_every_head(tr):
+    tiles = [[tr[f"blocks.{l}.attn.hook_pattern"][0, h] for h in range(2)] for l in range(2)]
+    mk = views.masked_cells(tr, 0)
+    fig = figures.tiled_heatmap(tiles, ["L0", "L1"], ["H0", "H1"], PROBABILITY, masked=mk)
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert z.shape == (13, 13)
+    assert np.allclose(np.nan_to_num(z[7:13, 7:13]), tiles[1][1])  # L1 H1 in the bottom-right tile
+    assert np.isnan(z[6]).all()  # gap row
+    assert fig.layout.xaxis.ticktext == ("H0", "H1") and fig.data[0].zmax == 1.0
+    roundtrip(fig)
+
+
+def test_token_grid_and_chips():
+    fig = figures.token_grid([["a", "<b>"], ["c", ""]], np.array([[1, 2], [3, -100]]), np.array([[1, 1], [1, 0]]), "x")
+    assert fig.data[0].text[0][1] == "&lt;b&gt;<br>2"  # escaped
+    assert len(fig.data) == 2  # the padded cell gets the grey layer
+    html = figures.token_chips_html(["a", "<script>"], [5, 6], pad_from=1)
+    assert "&lt;script&gt;" in html and "<script>" not in html and "pad" in html
+
+
+def test_bar_and_line_charts():
+    fig = figures.bar_chart(["x", "y"], [0.25, 0.75], highlight=1, prob=True)
+    assert fig.data[0].marker.color[1] != fig.data[0].marker.color[0]
+    assert tuple(fig.layout.xaxis.range) == (0, 1)
+    ln = figures.line_chart({"loss": [3, 2, 1]}, hlines={"ln V": 4.1})
+    assert ln.data[0].y == (3, 2, 1) and ln.layout.shapes[0].y0 == 4.1
+    roundtrip(fig)
+    roundtrip(ln)
+
+
+def test_architecture_diagram_has_live_shapes():
+    from gptviz import preset
+
+    dot = figures.architecture_dot(preset("default", vocab_size=70), B=2, T=9)
+    assert "[B=2 × T=9]" in dot and "V=70" in dot and "2 heads × d_head=8" in dot and "× 2 blocks" in dot
+    post = figures.architecture_dot(preset("original-transformer"), 1, 4)
+    assert "ln_f" not in post and "sin/cos" in post
