@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import get_colorscale
 
 from .config import ModelConfig
 from .steps import MASKED, NONNEGATIVE, PROBABILITY
@@ -23,9 +24,11 @@ from .views import Matrix
 FONT = dict(size=16)
 TICK_FONT = dict(size=14)
 MASK_COLOR = "#9a9a9a"
-SIGNED_SCALE = "RdBu_r"
-PROB_SCALE = "Blues"
-NONNEG_SCALE = "Viridis"
+# Explicit [position, colour] lists: a figure built without validation reaches plotly.js as is, and
+# plotly.js reads some scale names the other way round from Plotly for Python (and knows no "_r").
+SIGNED_SCALE = get_colorscale("RdBu_r")  # blue below 0, white at 0, red above
+PROB_SCALE = get_colorscale("Blues")  # white at 0, dark blue at 1
+NONNEG_SCALE = get_colorscale("Viridis")
 MAX_TEXT_CELLS = 400  # numbers in cells only for small tensors
 MAX_TICKS = 48
 

@@ -150,3 +150,14 @@ def test_architecture_diagram_has_live_shapes():
     assert "[B=2 × T=9]" in dot and "V=70" in dot and "2 heads × d_head=8" in dot and "× 2 blocks" in dot
     post = figures.architecture_dot(preset("original-transformer"), 1, 4)
     assert "ln_f" not in post and "sin/cos" in post
+
+
+def test_colour_scales_are_explicit_and_point_the_right_way():
+    """plotly.js gets the lists as they are: 0 must be white for probabilities and signed values."""
+    assert figures.PROB_SCALE[0][1] in ("rgb(247,251,255)", "#f7fbff")  # white-ish at 0
+    assert figures.PROB_SCALE[-1][0] == 1.0 and figures.PROB_SCALE[-1][1] in ("rgb(8,48,107)", "#08306b")
+    mid = figures.SIGNED_SCALE[len(figures.SIGNED_SCALE) // 2]
+    assert mid[0] == 0.5 and mid[1] in ("rgb(247,247,247)", "#f7f7f7")
+    assert figures.SIGNED_SCALE[0][1] == "rgb(5,48,97)" and figures.SIGNED_SCALE[-1][1] == "rgb(103,0,31)"  # blue < 0 < red
+    m = views.Matrix(np.eye(2), ["a", "b"], ["a", "b"], "r", "c", "probability")
+    assert isinstance(figures.heatmap(m).data[0].colorscale, tuple)

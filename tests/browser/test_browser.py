@@ -1,0 +1,106 @@
+"""Real browser: `streamlit run app.py` headless, every page opened in Debian's Chromium by Playwright."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "tests" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run"]
+PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through"]
+
+sync_api = pytest.importorskip("playwright.sync_api")
+if not os.path.exists(CHROMIUM):
+    pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy(),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not start: " + proc.stdout.read().decode(errors="replace")[-2000:])
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def wait_for_charts(page, timeout=90_000):
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=timeout)
+    # let the script finish: Streamlit shows a "running" status widget while it works
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+    page.wait_for_timeout(500)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_draws_its_charts(server, browser, path):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/{path}")
+    wait_for_charts(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    charts = page.locator(".js-plotly-plot")
+    assert charts.count() >= 1
+    first = charts.first.bounding_box()
+    assert first and first["width"] > 200 and first["height"] > 150
+    assert first["y"] < 900, "a heatmap should be visible above the fold"
+    assert page.locator(".js-plotly-plot .hm, .js-plotly-plot .heatmaplayer image, .js-plotly-plot image").count() >= 1
+    page.screenshot(path=str(SHOTS / f"{path or 'Home'}.png"))
+    assert not errors, errors
+    page.close()
+
+
+def test_a_shared_link_opens_that_view_and_a_bad_setting_is_a_message(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/Attention?n_layer=3&text=hello%20world")
+    wait_for_charts(page)
+    assert "layer 0" in page.locator("h1").first.inner_text()
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.goto(f"{server}/?n_head=3")
+    wait_for_charts(page)
+    assert page.get_by_text("must be divisible by n_head=3").count() >= 1
+    assert page.locator(".js-plotly-plot").count() >= 1
+    page.screenshot(path=str(SHOTS / "bad_setting.png"))
+    page.close()
