@@ -199,3 +199,28 @@ def loss_check(logits: np.ndarray, targets: np.ndarray) -> float:
     lg = torch.as_tensor(np.asarray(logits))
     y = torch.as_tensor(np.asarray(targets))
     return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), ignore_index=-100))
+
+
+def gradient_reading(info, grad: np.ndarray, labels: Sequence[str], batch: int = 0) -> str:
+    """One plain sentence on what this gradient says, naming its largest entry."""
+    g = np.asarray(grad)
+    if g.ndim == 0:
+        return "The gradient of the loss with respect to itself is 1: this is where the backward pass starts."
+    gb = g[batch] if info.axes and info.axes[0] == "batch" else g
+    if not np.any(gb):
+        return ("Every entry is 0: nudging this step would not change the loss at all (for example a head that is "
+                "switched off, or a masked cell).")
+    idx = np.unravel_index(np.argmax(np.abs(gb)), gb.shape)
+    axes = info.axes[1:] if info.axes and info.axes[0] == "batch" else info.axes
+    where = []
+    for ax, i in zip(axes, idx):
+        if ax in ("pos", "query_pos") and i < len(labels):
+            where.append(f"{ax.replace('_', ' ')} {i} ('{labels[i]}')")
+        elif ax == "key_pos" and i < len(labels):
+            where.append(f"key {i} ('{labels[i]}')")
+        else:
+            where.append(f"{ax.replace('_', ' ')} {i}")
+    val = float(gb[idx])
+    direction = "lower" if val > 0 else "raise"
+    return (f"Each number says how much the loss would rise if that value grew a little. The strongest is at "
+            f"{', '.join(where)} ({val:+.3g}): to lower the loss, training would {direction} that value.")

@@ -33,6 +33,8 @@ TOKENIZER_LABELS = {
     "o200k_base": "o200k_base (GPT-4o)",
 }
 
+CKPT_PREFIX = "checkpoint: "
+
 PAGES = [
     ("app.py", "Home", "🏠"),
     ("pages/1_Tokens_and_batch.py", "Tokens & batch", "🔤"),
@@ -41,6 +43,10 @@ PAGES = [
     ("pages/4_MLP_and_residual.py", "MLP & residual stream", "🧮"),
     ("pages/5_Logits_and_loss.py", "Logits & loss", "🎯"),
     ("pages/6_Step_through.py", "Step-through", "⏯️"),
+    ("pages/7_Backward.py", "Backward pass", "↩️"),
+    ("pages/8_Training.py", "Training", "🏋️"),
+    ("pages/9_Generation.py", "Generation", "✍️"),
+    ("pages/10_Model_and_weights.py", "Model & weights", "📦"),
 ]
 
 
@@ -54,6 +60,7 @@ class Ctx:
     tok: Any
     batch: Batch
     model_key: Optional[str] = None
+    entry: Any = None  # the loaded model's registry entry, if a loaded model is shown
     edit_notice: str = ""
     _traces: dict = field(default_factory=dict)
 
@@ -86,11 +93,7 @@ class Ctx:
         return self.tok.token_str(int(i))
 
     def vocab_labels(self) -> list[str]:
-        key = ("vocab_labels", self.s["tokenizer"], self.s["merges"], self.s["lowercase"])
-        if key not in st.session_state:
-            st.session_state.pop(next((k for k in st.session_state if isinstance(k, tuple) and k and k[0] == "vocab_labels"), None), None)
-            st.session_state[key] = _vocab_labels(self.tok)
-        return st.session_state[key]
+        return resources.vocab_labels(self.tok)
 
     def trace(self, grads: bool = False) -> Trace:
         """The (cached) trace of this batch, with the session's edits."""
@@ -108,10 +111,6 @@ class Ctx:
 
 def _tup(t) -> tuple:
     return tuple(map(tuple, t.tolist()))
-
-
-def _vocab_labels(tok) -> list[str]:
-    return [tok.token_str(i) for i in range(tok.vocab_size)]
 
 
 # --------------------------------------------------------------------------- sidebar widgets
@@ -157,7 +156,7 @@ def sidebar(s: dict) -> None:
 
     sb.markdown("### Model")
     pkey = state.WIDGET + "preset"
-    options = list(PRESETS) + ["custom"]
+    options = list(PRESETS) + [CKPT_PREFIX + n for n in resources.shipped_names()] + ["custom"]
     if st.session_state.get(pkey) != s["preset"]:
         st.session_state[pkey] = s["preset"] if s["preset"] in options else "custom"
     sb.selectbox("Preset", options, key=pkey, on_change=_on_preset, args=(s,),
@@ -219,18 +218,44 @@ def page_setup(title: str, icon: str = "🔎") -> Ctx:
     return ctx
 
 
+BIG_MODEL_PARAMS = 20_000_000
+BIG_MODEL_T = 64
+
+
 def _build(s: dict) -> Ctx:
-    # 1. tokenizer: fall back to the built-in one if the chosen encoding cannot load offline
-    tok, err = resources.tokenizer_for(s["tokenizer"], int(s["merges"]), bool(s["lowercase"]))
-    if tok is None:
-        st.warning(f"{err} Showing the built-in char BPE tokenizer instead.", icon="📴")
-        tok, _ = resources.tokenizer_for("char-bpe", int(s["merges"]), bool(s["lowercase"]))
-    # 2. config: on a bad setting, say which and keep the last one that worked
+    # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until reset
+    entry = None
+    if str(s.get("preset", "")).startswith(CKPT_PREFIX) and not s.get("model_key"):
+        name = s["preset"][len(CKPT_PREFIX):]
+        try:
+            s["model_key"] = resources.shipped_checkpoint(name)
+            entry = resources.registered(s["model_key"])
+            if entry and entry.meta.get("example") and s.get("text") in (None, "", DEFAULT_PROMPT):
+                s["text"] = entry.meta["example"]
+        except (ValueError, OSError) as exc:
+            st.error(f"The shipped checkpoint {name!r} could not be loaded: {exc}")
+            s["preset"] = "default"
     model_key = s.get("model_key")
-    if model_key and resources.registered_model(model_key) is not None:
-        cfg = resources.registered_model(model_key).config
+    entry = resources.registered(model_key)
+    if model_key and entry is None:
+        st.warning("The loaded model is no longer in memory (the server was restarted or it was replaced); "
+                   "showing the configurable model again.")
+        s["model_key"] = model_key = None
+    # 1. tokenizer: the loaded model's own, else the chosen one (the built-in one if it cannot load offline)
+    tok = entry.tokenizer if entry is not None and entry.tokenizer is not None else None
+    if tok is None:
+        tok, err = resources.tokenizer_for(s["tokenizer"], int(s["merges"]), bool(s["lowercase"]))
+        if tok is None:
+            st.warning(f"{err} Showing the built-in char BPE tokenizer instead.", icon="📴")
+            tok, _ = resources.tokenizer_for("char-bpe", int(s["merges"]), bool(s["lowercase"]))
+    # 2. config: on a bad setting, say which and keep the last one that worked
+    if entry is not None:
+        cfg = entry.model.config
+        if tok.vocab_size > cfg.vocab_size:
+            st.error(f"The tokenizer has {tok.vocab_size:,} tokens but the loaded model only {cfg.vocab_size:,}: "
+                     "choose a tokenizer that fits it.")
+            tok, _ = resources.tokenizer_for("char-bpe", 0, True)
     else:
-        model_key = None
         try:
             cfg = state.config_from_settings(s, tok.vocab_size)
             cfg.check_limits(batch=1)
@@ -241,12 +266,20 @@ def _build(s: dict) -> Ctx:
             cfg = ModelConfig.from_dict(last) if last else PRESETS["default"]
             if cfg.vocab_size != tok.vocab_size:
                 cfg = cfg.replace(vocab_size=tok.vocab_size)
-    # 3. batch
+    # 3. batch: a big model reads fewer tokens, so that every page stays quick
+    T = cfg.block_size
+    if cfg.num_params() > BIG_MODEL_PARAMS and T > BIG_MODEL_T:
+        T = BIG_MODEL_T
+        st.caption(f"This model has {cfg.num_params() / 1e6:.0f}M parameters: each line is cut to {T} tokens "
+                   "to keep the pages responsive.")
     try:
-        batch = encode_batch(tok, s["text"], cfg.block_size)
+        batch = encode_batch(tok, s["text"], T)
     except ValueError as exc:
         st.warning(f"{str(exc)[0].upper() + str(exc)[1:]}. Showing the example sentence instead.", icon="✏️")
-        batch = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+        try:
+            batch = encode_batch(tok, DEFAULT_PROMPT, T)
+        except ValueError:
+            batch = encode_batch(tok, tok.decode([0, 0]), T)
     if s.get("id_edits"):
         x, y, notes = edit_specs.apply_id_edits(batch.x, batch.y, batch.lengths, s["id_edits"], cfg.vocab_size)
         batch = Batch(x, y, batch.attention_mask, batch.lengths, batch.notices + notes)
@@ -258,6 +291,7 @@ def _build(s: dict) -> Ctx:
         st.error(str(exc))
         st.stop()
     ctx = Ctx(s, cfg, state.config_json(cfg), tok, batch, model_key)
+    ctx.entry = entry
     return ctx
 
 

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import streamlit as st
@@ -18,19 +23,80 @@ from ..model import GPT
 from ..tokenizers import TokenizerUnavailable, get_tokenizer
 from ..trace import Trace, trace
 
-# Models that are not built from a config alone (trained or imported ones), by key. Each is
-# registered once and never changed afterwards; a new training run registers a new key.
-_REGISTERED: dict[str, GPT] = {}
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
+
+# Models that are not built from a config alone (trained, uploaded or shipped ones), by key, with the
+# tokenizer they were made for. Each is registered once and never changed afterwards; a new training
+# run or upload gets a new key. The oldest are forgotten past MAX_REGISTERED.
+MAX_REGISTERED = 32
+
+
+@dataclass
+class Entry:
+    model: GPT
+    tokenizer: object = None
+    label: str = ""
+    meta: dict = field(default_factory=dict)
+
+
+_REGISTERED: "OrderedDict[str, Entry]" = OrderedDict()
 _REGISTER_LOCK = threading.Lock()
 
 
-def register_model(key: str, model: GPT) -> None:
+def register_model(model: GPT, tokenizer=None, label: str = "", meta: Optional[dict] = None,
+                   key: Optional[str] = None) -> str:
+    """Keep a model for the pages to show; returns its key."""
+    key = key or f"m-{uuid.uuid4().hex[:12]}"
+    model.eval()
     with _REGISTER_LOCK:
-        _REGISTERED[key] = model
+        _REGISTERED[key] = Entry(model, tokenizer, label, dict(meta or {}))
+        _REGISTERED.move_to_end(key)
+        while len(_REGISTERED) > MAX_REGISTERED:
+            _REGISTERED.popitem(last=False)
+    return key
 
 
-def registered_model(key: str) -> Optional[GPT]:
-    return _REGISTERED.get(key)
+def registered(key: Optional[str]) -> Optional[Entry]:
+    if not key:
+        return None
+    with _REGISTER_LOCK:
+        return _REGISTERED.get(key)
+
+
+def registered_model(key: Optional[str]) -> Optional[GPT]:
+    e = registered(key)
+    return None if e is None else e.model
+
+
+_LABELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LABELS_LOCK = threading.Lock()
+
+
+def vocab_labels(tok) -> list[str]:
+    """Every token's display string, worked out once per tokenizer object (50k+ for tiktoken)."""
+    with _LABELS_LOCK:
+        labels = _LABELS.get(tok)
+    if labels is None:
+        labels = [tok.token_str(i) for i in range(tok.vocab_size)]
+        with _LABELS_LOCK:
+            _LABELS[tok] = labels
+    return labels
+
+
+def shipped_checkpoint(name: str) -> str:
+    """Load one of the checkpoints that ship with gptviz and register it (again, if it was forgotten)."""
+    from ..checkpoint import load_checkpoint
+
+    key = f"ckpt-{name}"
+    if registered(key) is not None:
+        return key
+    path = CHECKPOINTS / f"{name}.safetensors"
+    ck = load_checkpoint(path)
+    return register_model(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", ck.meta, key=f"ckpt-{name}")
+
+
+def shipped_names() -> list[str]:
+    return sorted(p.stem for p in CHECKPOINTS.glob("*.safetensors"))
 
 
 @st.cache_resource(max_entries=12, show_spinner=False)
@@ -40,11 +106,8 @@ def model_for(cfg_json: str) -> GPT:
 
 
 def get_model(cfg_json: str, model_key: Optional[str] = None) -> GPT:
-    if model_key:
-        m = registered_model(model_key)
-        if m is not None:
-            return m
-    return model_for(cfg_json)
+    m = registered_model(model_key)
+    return m if m is not None else model_for(cfg_json)
 
 
 @st.cache_resource(max_entries=24, show_spinner=False)

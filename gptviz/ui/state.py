@@ -83,6 +83,8 @@ def settings() -> dict[str, Any]:
             params = {}
         if params.get("preset") in PRESETS:
             s.update(_config_settings(PRESETS[params["preset"]]))
+        elif str(params.get("preset", "")).startswith("checkpoint: "):
+            s["preset"] = params["preset"]
         for field in URL_FIELDS:
             if field in params:
                 try:
@@ -114,6 +116,9 @@ def write_url(s: dict[str, Any]) -> None:
 
 def apply_preset(s: dict[str, Any], name: str) -> None:
     s["preset"] = name
+    s["model_key"] = None  # a preset replaces any loaded model; a checkpoint preset loads its own
+    s["id_edits"] = {}
+    s["edits"] = {"set": [], "heads_off": []}
     if name in PRESETS:
         s.update(_config_settings(PRESETS[name]))
         for field in CONFIG_FIELDS:

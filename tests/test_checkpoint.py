@@ -1,0 +1,98 @@
+"""Checkpoints: round trips, foreign formats, and refusing what could run code."""
+import io
+import os
+import pickle
+
+import pytest
+import torch
+
+from conftest import CONFIGS, random_ids
+from gptviz import GPT, CharBPETokenizer, trace
+from gptviz.checkpoint import load_checkpoint, save_checkpoint
+
+
+@pytest.mark.parametrize("name", ["gpt2-like", "rms-post-sin-gelu", "rope-relu-wide-heads"])
+def test_round_trip_gives_identical_logits(tmp_path, name):
+    c = CONFIGS[name].replace(seed=7)
+    m = GPT(c)
+    tok = CharBPETokenizer(3).train(["abcabcabd"])
+    p = tmp_path / "m.safetensors"
+    save_checkpoint(p, m, tok, task="demo")
+    ck = load_checkpoint(p)
+    assert ck.config == c and ck.meta == {"task": "demo"} and ck.kind == "gptviz"
+    assert ck.tokenizer.vocab == tok.vocab and ck.tokenizer.merges == tok.merges
+    idx = random_ids(c)
+    assert torch.equal(trace(ck.model, idx)["hook_logits"], trace(m, idx)["hook_logits"])
+    # from bytes too, as an upload arrives
+    assert torch.equal(load_checkpoint(p.read_bytes(), name="m.safetensors").model(idx)[0], m(idx)[0])
+
+
+def test_nanogpt_ckpt_pt(tmp_path):
+    c = CONFIGS["gpt2-like"].replace(activation="gelu", vocab_size=20)
+    m = GPT(c)
+    sd = {("_orig_mod." + k): v for k, v in m.state_dict().items()}  # as torch.compile leaves them
+    ckpt = {"model": sd, "model_args": dict(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd,
+                                            block_size=c.block_size, bias=True, vocab_size=c.vocab_size, dropout=0.0),
+            "iter_num": 5000, "best_val_loss": torch.tensor(1.5), "config": {"dataset": "shakespeare_char"}}
+    p = tmp_path / "ckpt.pt"
+    torch.save(ckpt, p)
+    ck = load_checkpoint(p)
+    assert ck.kind == "nanogpt" and ck.meta["iter_num"] == 5000
+    idx = random_ids(c)
+    assert torch.allclose(ck.model(idx)[0], m(idx)[0])
+
+
+def test_hf_gpt2_safetensors(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=40, n_positions=12, n_embd=32, n_layer=2, n_head=4)
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    from safetensors.torch import save_file
+
+    sd = {k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    p = tmp_path / "model.safetensors"
+    save_file(sd, str(p), metadata={"format": "pt"})
+    ck = load_checkpoint(p, n_head=4)
+    idx = torch.randint(0, 40, (2, 10))
+    with torch.no_grad():
+        assert torch.allclose(ck.model(idx)[0], hf(idx).logits, atol=1e-5)
+    assert ck.kind == "hf-gpt2"
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    p = tmp_path / "evil.pt"
+    torch.save({"model": Evil(), "model_args": {}}, p)
+    with pytest.raises(ValueError, match="refused unread"):
+        load_checkpoint(p)
+    plain = tmp_path / "evil.pkl.pt"
+    plain.write_bytes(pickle.dumps({"x": Evil()}))
+    with pytest.raises(ValueError):
+        load_checkpoint(plain)
+    assert not marker.exists()
+
+
+def test_truncated_and_wrong_files_get_clear_errors(tmp_path):
+    m = GPT(CONFIGS["gpt2-like"])
+    p = tmp_path / "m.safetensors"
+    save_checkpoint(p, m)
+    data = p.read_bytes()
+    with pytest.raises(ValueError, match="not a readable .safetensors"):
+        load_checkpoint(data[: len(data) // 2], name="m.safetensors")
+    with pytest.raises(ValueError, match="not a readable .safetensors"):
+        load_checkpoint(b"hello, this is a text file", name="notes.safetensors")
+    with pytest.raises(ValueError, match="empty"):
+        load_checkpoint(b"", name="x.safetensors")
+    buf = io.BytesIO()
+    torch.save({"a": torch.zeros(2)}, buf)
+    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
+        load_checkpoint(buf.getvalue()[:100], name="x.pt")
+    with pytest.raises(ValueError, match="neither a gptviz checkpoint nor GPT-2"):
+        load_checkpoint(buf.getvalue(), name="x.pt")
+    with pytest.raises(ValueError, match="no such file"):
+        load_checkpoint(tmp_path / "missing.safetensors")

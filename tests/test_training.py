@@ -1,0 +1,114 @@
+"""Training, snapshots, tasks and the shipped checkpoints."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gptviz import GPT, trace
+from gptviz.checkpoint import load_checkpoint
+from gptviz.generate import generate
+from gptviz.tasks import IGNORE_INDEX, InductionTask, SortTask, TextTask, make_task
+from gptviz.training import TrainConfig, model_at, model_config_for, train
+
+CKPT = Path(__file__).resolve().parents[1] / "checkpoints"
+
+
+def test_sort_batches_are_what_they_say():
+    t = SortTask()
+    b = t.batch(4, torch.Generator().manual_seed(0))
+    for row_x, row_y in zip(b.x, b.y):
+        letters = row_x[: t.length]
+        assert row_x[t.length] == t.sep_id
+        scored = row_y[row_y != IGNORE_INDEX]
+        assert torch.equal(scored, letters.sort().values)
+
+
+def test_induction_batches_repeat_a_run_of_distinct_letters():
+    t = InductionTask()
+    b = t.batch(8, torch.Generator().manual_seed(1))
+    for x, y in zip(b.x, b.y):
+        pos = (y != IGNORE_INDEX).nonzero().flatten()
+        n = int(pos[0])
+        assert torch.equal(x[n:2 * n], x[:n]) and len(set(x[:n].tolist())) == n
+        assert torch.equal(y[pos], x[pos + 1])
+
+
+@pytest.mark.parametrize("name,steps,drop", [("sort", 60, 0.5), ("induction", 60, 0.3), ("text", 60, 1.0)])
+def test_training_lowers_the_loss(name, steps, drop):
+    task = make_task(name)
+    cfg = model_config_for(task, n_layer=1, n_head=2, n_embd=32, seed=0)
+    model = GPT(cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trained, h = train(model, task, TrainConfig(steps=steps, batch_size=32, lr=1e-2, eval_every=20, snapshot_every=20))
+    assert h.eval_loss[-1] < h.eval_loss[0] - drop, (h.eval_loss[0], h.eval_loss[-1])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the original is untouched
+    assert trained is not model and not trained.training
+    # seeded: the same run again gives the same numbers
+    _, h2 = train(model, task, TrainConfig(steps=steps, batch_size=32, lr=1e-2, eval_every=20, snapshot_every=20))
+    assert h2.loss == h.loss
+
+
+def test_snapshots_replay_the_pattern_forming():
+    task = make_task("sort")
+    cfg = model_config_for(task, n_layer=1, n_head=2, n_embd=32)
+    trained, h = train(GPT(cfg), task, TrainConfig(steps=40, batch_size=16, lr=1e-2, snapshot_every=10, eval_every=10))
+    assert [s for s, _ in h.snapshots] == [0, 10, 20, 30, 40]
+    b = task.batch(1, torch.Generator().manual_seed(3))
+    first = trace(model_at(trained, h.snapshots[0][1]), b.x)["blocks.0.attn.hook_pattern"]
+    assert torch.equal(first, trace(GPT(cfg), b.x)["blocks.0.attn.hook_pattern"])  # step 0 = the untrained model
+    last = trace(model_at(trained, h.snapshots[-1][1]), b.x)["blocks.0.attn.hook_pattern"]
+    assert torch.equal(last, trace(trained, b.x)["blocks.0.attn.hook_pattern"])  # last = the trained model
+    assert not torch.allclose(first, last)
+
+
+def test_training_can_be_stopped():
+    task = make_task("sort")
+    cfg = model_config_for(task, n_layer=1, n_head=1, n_embd=16)
+    calls = []
+    _, h = train(GPT(cfg), task, TrainConfig(steps=100, batch_size=8), should_stop=lambda: len(calls.append(1) or calls) > 7)
+    assert h.stopped and h.steps[-1] == 7 and h.snapshots[-1][0] == 7
+
+
+def test_bad_training_settings():
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainConfig(optimizer="lion")
+    with pytest.raises(ValueError, match="lr"):
+        TrainConfig(lr=0)
+    with pytest.raises(ValueError, match="too short"):
+        TextTask(text="hi")
+
+
+def test_shipped_sort_checkpoint_sorts_unseen_sequences():
+    ck = load_checkpoint(CKPT / "sort.safetensors")
+    task = SortTask()
+    assert ck.meta["task"] == "sort" and ck.tokenizer.vocab == task.tokenizer.vocab
+    b = task.batch(500, torch.Generator().manual_seed(12345))  # a seed training never used
+    L = task.length
+    correct = total = 0
+    for row in b.x[:, : L + 1].tolist():
+        out = [s.token for s in generate(ck.model, row, L, greedy=True)]
+        correct += sum(int(a == e) for a, e in zip(out, sorted(row[:L])))
+        total += L
+    assert correct / total >= 0.99, correct / total
+
+
+def test_shipped_induction_checkpoint_has_an_induction_head():
+    ck = load_checkpoint(CKPT / "induction.safetensors")
+    task = InductionTask()
+    b = task.batch(64, torch.Generator().manual_seed(777))
+    tr = trace(ck.model, b.x)
+    scores = {}
+    for l in range(ck.config.n_layer):
+        p = tr[f"blocks.{l}.attn.hook_pattern"]  # (B, H, T, T)
+        for h in range(ck.config.n_head):
+            vals = []
+            for i in range(b.x.shape[0]):
+                pos = (b.y[i] != IGNORE_INDEX).nonzero().flatten()
+                n = int(pos[0])
+                for t in pos.tolist():  # token at t appeared at t - n; what followed it is at t - n + 1
+                    vals.append(float(p[i, h, t, t - n + 1]))
+            scores[(l, h)] = float(np.mean(vals))
+    best = max(scores, key=scores.get)
+    assert scores[best] > 0.5, scores
+    assert best[0] >= 1  # it needs a previous-token head below it, so it sits in a later layer
