@@ -85,7 +85,7 @@ class InductionTask(Task):
     description = ("Some random letters, then a run of distinct letters, then the same run again: "
                    "copy what followed last time.")
 
-    def __init__(self, n_letters: int = 16, min_len: int = 4, max_len: int = 8, max_prefix: int = 6):
+    def __init__(self, n_letters: int = 16, min_len: int = 4, max_len: int = 10, max_prefix: int = 0):
         self.letters = "abcdefghijklmnopqrstuvwxyz"[:n_letters]
         self.min_len, self.max_len, self.max_prefix = min_len, max_len, max_prefix
         super().__init__(CharBPETokenizer(num_merges=0, lowercase=False).train([self.letters]))
@@ -110,7 +110,7 @@ class InductionTask(Task):
         return TaskBatch(x, y)
 
     def example(self) -> str:
-        return "pf" + "kbhdca" + "kbhdca"
+        return "kbhdcaf" + "kbhdcaf"
 
 
 class TextTask(Task):

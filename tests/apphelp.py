@@ -14,6 +14,10 @@ PAGES = {
     "mlp": "pages/4_MLP_and_residual.py",
     "logits": "pages/5_Logits_and_loss.py",
     "step": "pages/6_Step_through.py",
+    "backward": "pages/7_Backward.py",
+    "training": "pages/8_Training.py",
+    "generation": "pages/9_Generation.py",
+    "weights": "pages/10_Model_and_weights.py",
 }
 TIMEOUT = 120  # torch's first import alone can take seconds
 

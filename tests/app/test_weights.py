@@ -1,0 +1,71 @@
+import os
+
+import torch
+
+from apphelp import messages, ok, page
+from gptviz import GPT, ModelConfig
+from gptviz.checkpoint import checkpoint_bytes
+
+
+def status(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("The pages now show"))
+
+
+def test_shipped_checkpoints_are_offered_and_load():
+    at = ok(page("weights"))
+    names = [b.label for b in at.button if b.label.startswith("Use ")]
+    assert {"Use sort", "Use induction", "Use text"} <= set(names)
+    at = [b for b in at.button if b.label == "Use sort"][0].click().run()
+    ok(at)
+    assert "shipped checkpoint: sort" in status(at)
+    s = at.session_state["gptviz.settings"]
+    assert "|" in s["text"]
+
+
+def test_checkpoint_preset_from_a_link():
+    at = ok(page("attention", preset="checkpoint: induction"))
+    assert at.session_state["gptviz.settings"]["model_key"] == "ckpt-induction"
+
+
+def test_upload_a_gptviz_checkpoint():
+    cfg = ModelConfig(vocab_size=70, n_layer=1, n_head=2, n_embd=8, block_size=16, seed=3)
+    data = checkpoint_bytes(GPT(cfg), None, note="test")
+    at = page("weights")
+    at.get("file_uploader")[0].upload("mine.safetensors", data)
+    at.run()
+    at = [b for b in at.button if b.label == "Load this file"][0].click().run()
+    ok(at)
+    assert "uploaded mine.safetensors" in status(at)
+    assert "1 layer(s) × 2 head(s), n_embd=8" in status(at)
+
+
+def test_bad_uploads_are_messages_with_no_side_effect(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"model": Evil(), "model_args": {}}, buf)
+    for name, data, expect in [("evil.pt", buf.getvalue(), "refused unread"),
+                               ("half.safetensors", checkpoint_bytes(GPT(ModelConfig()))[:500], "truncated"),
+                               ("notes.safetensors", b"just some text", "not a readable")]:
+        at = page("weights")
+        before = status(at)
+        at.get("file_uploader")[0].upload(name, data)
+        at.run()
+        at = [b for b in at.button if b.label == "Load this file"][0].click().run()
+        ok(at)
+        assert expect in messages(at) and f"{name} was not loaded" in messages(at)
+        assert status(at) == before  # still the same model
+    assert not marker.exists()
+
+
+def test_hub_download_offline_says_why():
+    at = page("weights")
+    at = [b for b in at.button if b.label == "Load GPT-2 small"][0].click().run()
+    ok(at)
+    assert "could not be downloaded" in messages(at) or "transformers" in messages(at)
