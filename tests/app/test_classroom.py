@@ -1,0 +1,50 @@
+"""A classroom: 30 sessions at once on one server, one cached model, each with its own text and edits."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from apphelp import metric, page
+from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
+from gptviz import edits as edit_specs
+
+N = 30
+
+
+def student(i: int):
+    at = page("logits")
+    s = at.session_state["gptviz.settings"]
+    s["text"] = f"student {i} says: the cat sat on the mat {i % 7} times."
+    s["edits"] = {"set": [], "heads_off": [[i % 2, (i // 2) % 2]] if i % 3 else []}
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    labels = [m.label for m in at.metric]
+    assert "mean of −log p" in labels, (i, labels, [str(e.value)[:200] for e in at.error], [str(e.value)[:200] for e in at.warning])
+    return i, s["text"], s["edits"], metric(at, "mean of −log p")
+
+
+def expected_loss(text: str, spec: dict) -> float:
+    tok = get_tokenizer("char-bpe", num_merges=20)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, text, cfg.block_size)
+    edits = edit_specs.from_spec(spec, cfg.n_layer, cfg.n_head) if not edit_specs.is_empty(spec) else None
+    return trace(GPT(cfg), b.x, b.y, b.attention_mask, edits=edits).loss
+
+
+def test_thirty_students_each_see_their_own_results_and_the_model_is_untouched():
+    with ThreadPoolExecutor(max_workers=N) as pool:
+        results = list(pool.map(student, range(N)))
+    losses = set()
+    for i, text, spec, shown in results:
+        assert shown == round(expected_loss(text, spec), 5), i
+        losses.add(shown)
+    assert len(losses) > N // 2  # different texts and edits really gave different answers
+    # the one cached model every session used still has its seeded weights
+    from gptviz.ui import resources
+
+    tok = get_tokenizer("char-bpe", num_merges=20)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    cached = resources.model_for(json.dumps(cfg.to_dict(), sort_keys=True))
+    fresh = GPT(cfg)
+    assert all(torch.equal(a, b) for a, b in zip(cached.state_dict().values(), fresh.state_dict().values()))
+    assert all(p.grad is None for p in cached.parameters())
