@@ -135,6 +135,13 @@ def _w(fn, field: str, label: str, s: dict, container=None, **kw):
     (container or st.sidebar).__getattribute__(fn)(label, key=key, on_change=_sync, args=(field, s), **kw)
 
 
+def _unload(s: dict) -> None:
+    s["model_key"] = None
+    if str(s.get("preset", "")).startswith(CKPT_PREFIX):
+        s["preset"] = "default"
+    s["edits"], s["id_edits"] = {"set": [], "heads_off": []}, {}
+
+
 def _on_preset(s: dict) -> None:
     state.apply_preset(s, st.session_state[state.WIDGET + "preset"])
 
@@ -155,6 +162,11 @@ def sidebar(s: dict) -> None:
         _w("checkbox", "lowercase", "Lower-case the text", s)
 
     sb.markdown("### Model")
+    loaded = resources.registered(s.get("model_key"))
+    if loaded is not None:
+        sb.info(f"Showing **{loaded.label}**. Its shape and tokenizer are its own; the settings below apply to "
+                "the configurable model.")
+        sb.button("Back to the configurable model", on_click=_unload, args=(s,), width="stretch")
     pkey = state.WIDGET + "preset"
     options = list(PRESETS) + [CKPT_PREFIX + n for n in resources.shipped_names()] + ["custom"]
     if st.session_state.get(pkey) != s["preset"]:

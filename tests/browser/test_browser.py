@@ -38,6 +38,7 @@ def server():
          "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy(),
     )
+    os.environ["GPTVIZ_SERVER_PID"] = str(proc.pid)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
     while time.time() < deadline:
@@ -104,3 +105,46 @@ def test_a_shared_link_opens_that_view_and_a_bad_setting_is_a_message(server, br
     assert page.locator(".js-plotly-plot").count() >= 1
     page.screenshot(path=str(SHOTS / "bad_setting.png"))
     page.close()
+
+
+def _peak_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_ten_pages_at_once_all_draw(server, browser):
+    """A small classroom load: 10 browser pages open at once on one server, each with its own text."""
+    n = 10
+    pages = [browser.new_page(viewport={"width": 1200, "height": 800}) for _ in range(n)]
+    paths = ["Attention", "Logits_and_loss", "", "Embeddings", "MLP_and_residual", "Step_through", "Backward",
+             "Tokens_and_batch", "Generation", "Attention"]
+    pid = int(os.environ.get("GPTVIZ_SERVER_PID", "0")) or None
+    cpu0 = _cpu_seconds(pid) if pid else 0.0
+    t0 = time.perf_counter()
+    for i, (pg, path) in enumerate(zip(pages, paths)):
+        pg.goto(f"{server}/{path}?text=student%20{i}%20reads%20the%20cat%20sat", wait_until="commit")
+    done = []
+    for pg in pages:
+        wait_for_charts(pg, timeout=120_000)
+        done.append(time.perf_counter() - t0)
+        assert pg.locator("[data-testid='stException']").count() == 0
+        assert pg.locator(".js-plotly-plot").count() >= 1
+    report = f"10 pages at once: slowest {max(done):.1f} s, median {sorted(done)[n // 2]:.1f} s"
+    if pid:
+        report += (f"; the server used {_cpu_seconds(pid) - cpu0:.1f} s of CPU in that time (the rest went to the "
+                   f"10 Chromium pages on the same 2 cores); server peak memory {_peak_mb(pid):.0f} MB")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / "load.txt").write_text(report + "\n")
+    print(report)
+    pages[0].screenshot(path=str(SHOTS / "load_attention.png"))
+    for pg in pages:
+        pg.close()
