@@ -77,9 +77,12 @@ def show_replay(run):
     snap_model = model_at(model, snaps[i][1])
     tr = trace(snap_model, torch.tensor([ids])).numpy()
     mk = views.masked_cells(tr, 0)
-    name = f"blocks.{L}.attn.hook_pattern"
-    m = views.step_matrix(tr[name], tr.info(name), labels, 0, H, masked=mk)
-    st.plotly_chart(figures.heatmap(m, f"Layer {L} head {H} attention at step {snaps[i][0]} on “{run['example']}”"),
+    default = f"blocks.{L}.attn.hook_pattern"
+    name = st.selectbox("Step to replay", list(tr), index=list(tr).index(default), key="train.replay.step",
+                        format_func=lambda n: f"{tr.info(n).title} · {n}")
+    m = views.step_matrix(tr[name], tr.info(name), labels, 0, H if "head" in tr.info(name).axes else None, masked=mk)
+    who = f"head {H} · " if "head" in tr.info(name).axes else ""
+    st.plotly_chart(figures.heatmap(m, f"{tr.info(name).title} · {who}step {snaps[i][0]} on “{run['example']}”"),
                     width="stretch", key="train.replay")
     tiles = [[tr[f"blocks.{l}.attn.hook_pattern"][0, h] for h in range(model.config.n_head)] for l in range(model.config.n_layer)]
     st.plotly_chart(figures.tiled_heatmap(tiles, [f"L{l}" for l in range(model.config.n_layer)],

@@ -194,6 +194,7 @@ def sidebar(s: dict) -> None:
         _w("number_input", "dropout", "Dropout (training only)", s, c, min_value=0.0, max_value=0.9, step=0.05)
         _w("number_input", "init_std", "Init std", s, c, min_value=0.0001, max_value=1.0, step=0.01, format="%.4f")
         _w("number_input", "ln_eps", "Norm epsilon", s, c, min_value=1e-12, max_value=1e-1, format="%.1e")
+        _w("number_input", "rope_base", "RoPE base (rotary positions)", s, c, min_value=2.0, max_value=1e7, step=1000.0)
         _w("number_input", "seed", "Seed", s, c, min_value=0, max_value=2**31 - 1, step=1)
 
     sb.markdown("### View")
@@ -230,7 +231,7 @@ def page_setup(title: str, icon: str = "🔎") -> Ctx:
     return ctx
 
 
-BIG_MODEL_PARAMS = 20_000_000
+BIG_MODEL_PARAMS = resources.BIG_MODEL_PARAMS
 BIG_MODEL_T = 64
 
 

@@ -120,10 +120,24 @@ def tokenizer_for(name: str, merges: int, lowercase: bool):
         return None, str(exc)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+BIG_MODEL_PARAMS = 20_000_000
+
+
 def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],
            edits_key: str, grads: bool) -> Trace:
-    """A trace as numpy arrays. Everything it depends on is in the arguments, so it caches safely."""
+    """A trace as numpy arrays, cached. Everything it depends on is in the arguments.
+
+    A trace of a small model is tiny and many are kept; one of a GPT-2-sized model is ~0.1 GB, so only a
+    few are, in a cache of their own.
+    """
+    m = registered_model(model_key)
+    cfg = m.config if m is not None else ModelConfig.from_dict(json.loads(cfg_json))
+    big = cfg.num_params() > BIG_MODEL_PARAMS
+    fn = _traced_big if big else _traced_small
+    return fn(cfg_json, model_key, x, y, mask, edits_key, grads)
+
+
+def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
     model = get_model(cfg_json, model_key)
     cfg = model.config
     spec = json.loads(edits_key)
@@ -137,3 +151,13 @@ def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple]
         grads=grads,
     )
     return tr.numpy()
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _traced_small(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
+    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads)
+
+
+@st.cache_data(max_entries=6, show_spinner="Running the big model…")
+def _traced_big(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
+    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads)

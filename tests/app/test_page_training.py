@@ -17,13 +17,15 @@ def test_training_sort_then_replay_and_every_page_uses_it():
     ok(at)
     assert any("Trained for 60 steps" in m.value for m in at.success)
     t = titles(at)
-    assert any("at step 60" in x for x in t) and any("Loss during training" in x for x in t)
+    assert any("step 60 on" in x for x in t) and any("Loss during training" in x for x in t)
     loss = [c for c in charts(at) if c["layout"]["title"]["text"] == "Loss during training"][0]["data"][0]["y"]
     assert loss[-1] < loss[0]
     # replay an early snapshot
     sl = at.select_slider(key="train.snap")
     at = sl.set_value(0).run()
-    assert any("at step 0 " in x for x in titles(at))
+    assert any("step 0 on" in x for x in titles(at))
+    at = at.selectbox(key="train.replay.step").set_value("hook_embed").run()
+    assert any(x.startswith("Token embedding · step 0 on") for x in titles(at))
     s = at.session_state["gptviz.settings"]
     assert s["model_key"] and "|" in s["text"]  # the sort model and an example in its format
 
