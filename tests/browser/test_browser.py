@@ -17,7 +17,8 @@ SHOTS = ROOT / "tests" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
-PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through"]
+PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through",
+         "Backward", "Training", "Generation", "Model_and_weights"]
 
 sync_api = pytest.importorskip("playwright.sync_api")
 if not os.path.exists(CHROMIUM):
