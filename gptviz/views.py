@@ -201,18 +201,24 @@ def loss_check(logits: np.ndarray, targets: np.ndarray) -> float:
     return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), ignore_index=-100))
 
 
-def gradient_reading(info, grad: np.ndarray, labels: Sequence[str], batch: int = 0) -> str:
-    """One plain sentence on what this gradient says, naming its largest entry."""
+def gradient_reading(info, grad: np.ndarray, labels: Sequence[str], batch: int = 0, head: Optional[int] = None) -> str:
+    """One plain sentence on what this gradient says, naming its largest entry (in ``head``, if given)."""
     g = np.asarray(grad)
     if g.ndim == 0:
         return "The gradient of the loss with respect to itself is 1: this is where the backward pass starts."
     gb = g[batch] if info.axes and info.axes[0] == "batch" else g
+    axes = info.axes[1:] if info.axes and info.axes[0] == "batch" else info.axes
+    prefix = ""
+    if head is not None and "head" in axes:
+        k = axes.index("head")
+        gb = np.take(gb, head, axis=k)
+        axes = axes[:k] + axes[k + 1:]
+        prefix = f"head {head}, "
     if not np.any(gb):
         return ("Every entry is 0: nudging this step would not change the loss at all (for example a head that is "
                 "switched off, or a masked cell).")
     idx = np.unravel_index(np.argmax(np.abs(gb)), gb.shape)
-    axes = info.axes[1:] if info.axes and info.axes[0] == "batch" else info.axes
-    where = []
+    where = [prefix.rstrip(", ")] if prefix else []
     for ax, i in zip(axes, idx):
         if ax in ("pos", "query_pos") and i < len(labels):
             where.append(f"{ax.replace('_', ' ')} {i} ('{labels[i]}')")

@@ -21,7 +21,7 @@ per_head = "head" in info.axes
 left, right = st.columns(2)
 with left:
     if per_head:
-        head_step(ctx, choice, key="bw.f")
+        head_step(ctx, choice, key="bw.f", with_downloads=False)
     else:
         step_heatmap(ctx, choice, key="bw.f", with_downloads=False)
 with right:
@@ -29,7 +29,7 @@ with right:
         head_step(ctx, choice, key="bw.g", grad=True)
     else:
         step_heatmap(ctx, choice, key="bw.g", grad=True)
-st.info(views.gradient_reading(info, tr.grad(choice), ctx.labels(), ctx.b))
+st.info(views.gradient_reading(info, tr.grad(choice), ctx.labels(), ctx.b, ctx.head))
 st.latex(r"\frac{\partial \mathcal{L}}{\partial x} \quad\text{for } x = " + info.formula.split("=")[0])
 st.code("loss.backward()  # every x.grad now holds ∂loss/∂x", language="python")
 

@@ -3,7 +3,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from gptviz import figures
+from gptviz import figures, trace, views
 from gptviz.generate import distribution, generate
 from gptviz.ui import page_setup, resources
 
@@ -28,8 +28,18 @@ if not ids:
     st.warning("The prompt has no tokens this tokenizer knows: type something else.")
     st.stop()
 ids = ids[-model.config.block_size:]
+g = st.session_state.get("gptviz.gen")
+shown = ids + (g["tokens"] if g and g["ids"] == ids else [])
+shown = shown[-model.config.block_size:]
+tr = trace(model, torch.tensor([shown])).numpy()
+L, H = ctx.layer, ctx.head or 0
+name = f"blocks.{L}.attn.hook_pattern"
+m = views.step_matrix(tr[name], tr.info(name), [vocab[i] for i in shown], 0, H, masked=views.masked_cells(tr, 0))
+st.plotly_chart(figures.heatmap(m, f"What each token looks at: layer {L} head {H}"
+                                + (" (prompt + generated)" if len(shown) > len(ids) else " (prompt)"), height=340),
+                width="stretch", key="gen.pattern")
 with torch.no_grad():
-    logits = model.run(torch.tensor([ids]))[0, -1]
+    logits = model.run(torch.tensor([ids]))[0, -1]  # the next token after the prompt
 d = distribution(logits, temperature, top_k or None, top_p)
 order = torch.argsort(d.raw, descending=True, stable=True)[:SHOW].tolist()
 labels = [vocab[i] for i in order]
@@ -56,6 +66,8 @@ if st.button("Generate", type="primary", key="gen.go"):
     st.session_state["gptviz.gen"] = {"prompt": prompt, "ids": ids, "tokens": [s_.token for s_ in steps],
                                       "dists": [s_.dist.final.numpy() for s_ in steps], "mode": mode}
 g = st.session_state.get("gptviz.gen")
+if g and g["ids"] != ids:
+    g = None  # generated from another prompt
 if g:
     toks = g["tokens"]
     st.markdown(figures.token_chips_html([vocab[i] for i in g["ids"]] + [vocab[i] for i in toks], g["ids"] + toks,

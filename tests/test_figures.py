@@ -161,3 +161,19 @@ def test_colour_scales_are_explicit_and_point_the_right_way():
     assert figures.SIGNED_SCALE[0][1] == "rgb(5,48,97)" and figures.SIGNED_SCALE[-1][1] == "rgb(103,0,31)"  # blue < 0 < red
     m = views.Matrix(np.eye(2), ["a", "b"], ["a", "b"], "r", "c", "probability")
     assert isinstance(figures.heatmap(m).data[0].colorscale, tuple)
+
+
+def test_gradient_reading_names_the_largest_entry_in_the_chosen_head():
+    from gptviz.steps import describe
+    from gptviz import preset
+
+    info = describe("blocks.0.attn.hook_pattern", preset("default"))
+    g = np.zeros((1, 2, 3, 3))
+    g[0, 1, 2, 0] = -5.0  # head 1
+    g[0, 0, 1, 1] = 0.5  # head 0
+    toks = ["a", "b", "c"]
+    r_all = views.gradient_reading(info, g, toks)
+    assert "head 1" in r_all and "query pos 2 ('c')" in r_all and "raise" in r_all
+    r0 = views.gradient_reading(info, g, toks, head=0)
+    assert r0.split("strongest is at ")[1].startswith("head 0, query pos 1 ('b'), key 1 ('b') (+0.5)") and "lower" in r0
+    assert "Every entry is 0" in views.gradient_reading(info, np.zeros((1, 2, 3, 3)), toks)

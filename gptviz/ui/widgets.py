@@ -142,12 +142,12 @@ def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "") -> None:
         st.rerun()
 
 
-def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False):
+def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downloads: bool = True):
     """A per-head step for the selected head, or for every head at once when "all heads" is chosen."""
     tr = ctx.trace(grads=grad)
     info = tr.info(name)
     if ctx.head is not None or "query_pos" not in info.axes:
-        return step_heatmap(ctx, name, head=ctx.head, key=key, grad=grad)
+        return step_heatmap(ctx, name, head=ctx.head, key=key, grad=grad, with_downloads=with_downloads)
     value = tr.grad(name) if grad else tr[name]
     if value is None:
         st.info(f"{info.title}: the loss does not depend on this step, so it has no gradient.")
@@ -168,5 +168,6 @@ def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False):
                                 kind=kind, title=("∂loss/∂ " if grad else "") + info.title + " · every head (rows: query, columns: key)",
                                 masked=mk)
     st.plotly_chart(fig, width="stretch", key=f"fig.{key}{name}.all{'.g' if grad else ''}")
-    downloads(name + (".grad" if grad else ""), value, None, key=key)
+    if with_downloads:
+        downloads(name + (".grad" if grad else ""), value, None, key=key)
     return None
