@@ -2,6 +2,8 @@
 import pandas as pd
 import streamlit as st
 
+from gptviz.loss import uniform_loss
+
 from gptviz import figures
 from gptviz.ui import page_links, page_setup, step_heatmap
 
@@ -20,7 +22,7 @@ with left:
     loss = tr.loss
     import math
 
-    uniform = math.log(cfg.vocab_size)
+    uniform = uniform_loss(cfg.vocab_size)
     c1, c2 = st.columns(2)
     c1.metric("Loss on your text", "—" if loss is None or math.isnan(loss) else f"{loss:.3f}",
               help="Cross-entropy of the model's next-token guesses on the text in the sidebar.")

@@ -2,6 +2,7 @@
 
 The engine imports without Streamlit. Start with ``ModelConfig``, ``GPT`` and ``trace``.
 """
+from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import PRESETS, PRESET_DESCRIPTIONS, ModelConfig, preset
 from .data import BUILTIN_TEXT, Batch, encode_batch, pad_batch, stream_batch
 from .loss import loss_breakdown
@@ -20,5 +21,5 @@ __all__ = [
     "PRESETS", "PRESET_DESCRIPTIONS", "ModelConfig", "preset", "BUILTIN_TEXT", "Batch", "encode_batch",
     "pad_batch", "stream_batch", "loss_breakdown", "GPT", "HookPoint", "StepInfo", "describe",
     "TOKENIZER_NAMES", "CharBPETokenizer", "TiktokenTokenizer", "TokenizerUnavailable", "get_tokenizer",
-    "Trace", "trace",
+    "Trace", "trace", "Checkpoint", "load_checkpoint", "save_checkpoint",
 ]

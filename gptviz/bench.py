@@ -67,7 +67,6 @@ def bench_trace(quick: bool) -> list[dict]:
         rows.append({"figure": f"trace ÷ forward · {name} T={T}", "value": f"{t_tr * 1e3:.1f} ms ÷ {t_fwd * 1e3:.1f} ms",
                      "ratio": ratio, "goal": f"≤ {GOALS['trace_gpt2']}" if name == "gpt2-small" else "",
                      "ok": ratio <= GOALS["trace_gpt2"] if name == "gpt2-small" else None})
-        del model
     return rows
 
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.colors import get_colorscale
 
 from .config import ModelConfig
-from .steps import MASKED, NONNEGATIVE, PROBABILITY
+from .steps import NONNEGATIVE, PROBABILITY
 from .views import Matrix
 
 FONT = dict(size=16)

@@ -68,6 +68,16 @@ def distribution(logits: torch.Tensor, temperature: float = 1.0, top_k: Optional
     return Distribution(raw, tempered, after_k, final, k_mask & p_mask)
 
 
+@torch.no_grad()
+def next_token_logits(model: GPT, ids: list[int]) -> torch.Tensor:
+    """The logits for the token after ``ids`` (the last ``block_size`` of them). Shape (V,)."""
+    if not ids:
+        raise ValueError("the prompt needs at least one token")
+    x = torch.tensor([list(ids)[-model.config.block_size:]], dtype=torch.long)
+    model.check_inputs(x)
+    return model.run(x)[0, -1]
+
+
 @dataclass
 class GenStep:
     token: int

@@ -39,3 +39,8 @@ def loss_breakdown(logits: torch.Tensor, targets: torch.Tensor, ignore_index: in
         "n_valid": int(n),
         "uniform_loss": math.log(V),
     }
+
+
+def uniform_loss(vocab_size: int) -> float:
+    """ln V: the cross-entropy of a model that gives every one of V tokens the same probability."""
+    return math.log(vocab_size)

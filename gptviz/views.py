@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .steps import MASKED, PROBABILITY, StepInfo
+from .steps import MASKED, StepInfo
 
 MAX_COLS = 256  # a heatmap wider than this is paged
 TOPK_DEFAULT = 12

@@ -1,7 +1,6 @@
 """Which model the pages show: the configurable one, a shipped checkpoint, an upload, or GPT-2 itself."""
 import streamlit as st
 
-from gptviz import figures
 from gptviz.checkpoint import checkpoint_bytes, load_checkpoint
 from gptviz.ui import page_setup, resources, step_heatmap
 from gptviz.ui.page import CKPT_PREFIX

@@ -1,5 +1,4 @@
 """The MLP block and the residual stream."""
-import numpy as np
 import streamlit as st
 
 from gptviz import figures, views

@@ -5,6 +5,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from gptviz.loss import uniform_loss
+
 from gptviz import figures, views
 from gptviz.ui import downloads, explain, page_setup, step_heatmap
 
@@ -49,7 +51,8 @@ st.subheader("3 · The target's probability, −log p, and the loss per token")
 bd = tr.breakdown
 valid = y != -100
 tp = np.asarray(bd["target_probs"])[b, :T]
-table = np.stack([np.where(valid, tp, np.nan), np.where(valid, -np.log(np.maximum(tp, 1e-45)), np.nan)], axis=1)
+nll = np.asarray(tr["hook_loss_per_token"])[b, :T]
+table = np.stack([np.where(valid, tp, np.nan), np.where(valid, nll, np.nan)], axis=1)
 target_labels = [f"→ {vocab[t]}" if t >= 0 else "(none)" for t in y]
 mt = views.Matrix(table[:, :1], labels, ["p(target)"], "position", "", "probability",
                   hover_rows=[f"{l} {tl}" for l, tl in zip(views.token_hover(labels), target_labels)])
@@ -63,7 +66,7 @@ explain(tr.info("hook_loss_per_token"))
 st.subheader("4 · The loss: their mean")
 loss = tr.loss
 ref = views.loss_check(np.asarray(tr["hook_logits"]), np.asarray(tr.targets))
-uniform = math.log(cfg.vocab_size)
+uniform = uniform_loss(cfg.vocab_size)
 c1, c2, c3 = st.columns(3)
 c1.metric("mean of −log p", "—" if math.isnan(loss) else f"{loss:.5f}")
 c2.metric("F.cross_entropy", "—" if math.isnan(ref) else f"{ref:.5f}",

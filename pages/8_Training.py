@@ -2,8 +2,9 @@
 import copy
 import time
 
-import numpy as np
 import streamlit as st
+
+from gptviz.loss import uniform_loss
 import torch
 
 from gptviz import GPT, figures, trace, views
@@ -90,7 +91,7 @@ def show_replay(run):
                                           masked=mk), width="stretch", key="train.replay.all")
     series = {"training loss": hist.loss}
     st.plotly_chart(figures.line_chart(series, x=hist.steps, title="Loss during training", x_title="step",
-                                       y_title="cross-entropy", hlines={"uniform guess ln V": float(np.log(model.config.vocab_size))}),
+                                       y_title="cross-entropy", hlines={"uniform guess ln V": uniform_loss(model.config.vocab_size)}),
                     width="stretch", key="train.loss")
     if run["task"] in ("sort", "induction"):
         st.plotly_chart(figures.line_chart({"held-out accuracy": hist.accuracy}, x=hist.eval_steps, title="Accuracy",
@@ -150,7 +151,7 @@ if start:
         bar.progress(step / tc.steps, text=f"step {step} of {tc.steps} · {time.perf_counter() - t0:.1f} s")
         chart.plotly_chart(figures.line_chart({"training loss": hist.loss}, x=hist.steps,
                                               title="Loss", x_title="step", y_title="cross-entropy",
-                                              hlines={"uniform guess ln V": float(np.log(cfg.vocab_size))}),
+                                              hlines={"uniform guess ln V": uniform_loss(cfg.vocab_size)}),
                            width="stretch", key=f"train.live.{step}")
         if task_name in ("sort", "induction"):
             acc_box.metric("Accuracy (held-out)", f"{hist.accuracy[-1]:.1%}")

@@ -4,8 +4,8 @@ import streamlit as st
 import torch
 
 from gptviz import figures, trace, views
-from gptviz.generate import distribution, generate
-from gptviz.ui import page_setup, resources
+from gptviz.generate import distribution, generate, next_token_logits
+from gptviz.ui import page_setup
 
 SHOW = 12  # bars per chart
 
@@ -38,8 +38,7 @@ m = views.step_matrix(tr[name], tr.info(name), [vocab[i] for i in shown], 0, H, 
 st.plotly_chart(figures.heatmap(m, f"What each token looks at: layer {L} head {H}"
                                 + (" (prompt + generated)" if len(shown) > len(ids) else " (prompt)"), height=340),
                 width="stretch", key="gen.pattern")
-with torch.no_grad():
-    logits = model.run(torch.tensor([ids]))[0, -1]  # the next token after the prompt
+logits = next_token_logits(model, ids)
 d = distribution(logits, temperature, top_k or None, top_p)
 order = torch.argsort(d.raw, descending=True, stable=True)[:SHOW].tolist()
 labels = [vocab[i] for i in order]

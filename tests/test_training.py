@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gptviz import GPT, trace
-from gptviz.checkpoint import load_checkpoint
+from gptviz import load_checkpoint
 from gptviz.generate import generate
 from gptviz.tasks import IGNORE_INDEX, InductionTask, SortTask, TextTask, make_task
 from gptviz.training import TrainConfig, model_at, model_config_for, train

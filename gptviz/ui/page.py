@@ -5,11 +5,9 @@ settings becomes a message here, and the page carries on with the last settings 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numpy as np
 import streamlit as st
 
 from .. import edits as edit_specs
@@ -204,10 +202,10 @@ def sidebar(s: dict) -> None:
 
 
 def _view_selectors(ctx: Ctx) -> None:
-    s, sb = ctx.s, st.sidebar
+    s = ctx.s
     B = ctx.batch.x.shape[0]
-    for field, n in (("batch", B), ("layer", ctx.cfg.n_layer)):
-        s[field] = min(max(0, int(s[field])), n - 1)
+    for name, n in (("batch", B), ("layer", ctx.cfg.n_layer)):
+        s[name] = min(max(0, int(s[name])), n - 1)
     s["head"] = -1 if s["head"] is None or s["head"] < 0 else min(int(s["head"]), ctx.cfg.n_head - 1)
     if B > 1:
         _w("selectbox", "batch", "Batch row", s, options=list(range(B)),

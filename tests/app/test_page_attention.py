@@ -1,6 +1,6 @@
 import numpy as np
 
-from apphelp import array, chart, charts, ok, page, set_sidebar, titles
+from apphelp import array, chart, ok, page, set_sidebar, titles
 
 
 def test_every_step_in_order():

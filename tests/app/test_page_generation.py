@@ -1,6 +1,6 @@
 import numpy as np
 
-from apphelp import array, chart, ok, page
+from apphelp import chart, ok, page
 
 
 def bars(at, title):

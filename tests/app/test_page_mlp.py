@@ -1,4 +1,3 @@
-import numpy as np
 
 from apphelp import array, chart, ok, page, set_sidebar, titles
 
