@@ -30,7 +30,11 @@ if ctx.entry is not None and st.button("Back to the configurable model"):
 st.subheader("Shipped checkpoints")
 st.markdown("Small models trained by `python -m gptviz.train` and saved with gptviz. They load offline in a moment.")
 for name in resources.shipped_names():
-    key = resources.shipped_checkpoint(name)
+    try:
+        key = resources.shipped_checkpoint(name)
+    except ValueError as exc:
+        st.warning(f"The shipped checkpoint {name!r} could not be loaded: {exc}")
+        continue
     e = resources.registered(key)
     meta = e.meta
     c1, c2 = st.columns([3, 1])

@@ -40,9 +40,11 @@ if done:
     st.success(done)
 live = st.session_state.pop(LIVE, None)
 if live is not None:  # the last run was interrupted by the Stop button (or by leaving the page)
-    if live["hist"].steps:
+    if live["hist"] is not None and live["hist"].steps:
         finish(live["model"], live["hist"], live["task"], live["task_name"], stopped=True)
         st.warning(f"Training stopped at step {live['hist'].steps[-1]}; the model so far is kept.")
+    else:
+        st.warning("Training stopped before its first progress report; the model was not changed.")
 
 
 
@@ -131,7 +133,7 @@ if start:
         else:
             task = make_task(task_name)
         tc = TrainConfig(steps=int(steps), batch_size=int(batch_size), lr=float(lr), optimizer=optimizer, seed=int(seed),
-                         eval_every=max(1, int(steps) // 40), snapshot_every=max(1, int(steps) // 20))
+                         eval_every=max(1, min(int(steps) // 40, 50)), snapshot_every=max(1, int(steps) // 20))
         cfg = model_config_for(task, int(n_layer), int(n_head), int(n_embd), seed=int(seed))
         cfg.check_limits(batch=int(batch_size), seq_len=cfg.block_size, grads=True)
     except ValueError as exc:

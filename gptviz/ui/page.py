@@ -225,6 +225,8 @@ def page_setup(title: str, icon: str = "🔎") -> Ctx:
     sidebar(s)
     ctx = _build(s)
     _view_selectors(ctx)
+    st.sidebar.caption(f"vocab_size = {ctx.cfg.vocab_size:,}, set by the tokenizer · "
+                       f"{ctx.cfg.num_params():,} parameters")
     state.write_url(s)
     return ctx
 

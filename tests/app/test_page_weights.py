@@ -69,3 +69,18 @@ def test_hub_download_offline_says_why():
     at = [b for b in at.button if b.label == "Load GPT-2 small"][0].click().run()
     ok(at)
     assert "could not be downloaded" in messages(at) or "transformers" in messages(at)
+
+
+def test_a_huge_upload_is_refused_before_it_is_read(monkeypatch):
+    import gptviz.checkpoint
+
+    at = page("weights")
+    before = status(at)
+    monkeypatch.setattr(gptviz.checkpoint, "MAX_BYTES", 1000)  # stands in for a multi-GB file
+    data = checkpoint_bytes(GPT(ModelConfig()))
+    at.get("file_uploader")[0].upload("huge.safetensors", data)
+    at.run()
+    at = [b for b in at.button if b.label == "Load this file"][0].click().run()
+    ok(at)
+    assert "over the" in messages(at) and "limit" in messages(at)
+    assert status(at) == before

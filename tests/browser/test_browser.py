@@ -149,3 +149,22 @@ def test_ten_pages_at_once_all_draw(server, browser):
     pages[0].screenshot(path=str(SHOTS / "load_attention.png"))
     for pg in pages:
         pg.close()
+
+
+def test_training_can_be_stopped_and_keeps_the_model(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/Training")
+    wait_for_charts(page)
+    steps = page.get_by_label("Steps")
+    steps.fill("20000")
+    page.get_by_role("button", name="▶ Start training").click()
+    page.get_by_role("button", name="■ Stop").wait_for(timeout=60_000)
+    page.wait_for_selector("text=step", timeout=60_000)
+    page.wait_for_timeout(3000)  # let it train a little
+    page.get_by_role("button", name="■ Stop").click()
+    page.get_by_text("Training stopped at step").wait_for(timeout=60_000)
+    wait_for_charts(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.get_by_text("Loss during training").count() >= 1
+    page.screenshot(path=str(SHOTS / "training_stopped.png"))
+    page.close()
