@@ -9,7 +9,7 @@ import torch
 
 from gptviz import GPT, figures, trace, views
 from gptviz.tasks import make_task
-from gptviz.training import DEFAULTS, TrainConfig, model_at, model_config_for, train
+from gptviz.training import DEFAULTS, TrainConfig, model_at, model_config_for, snapshot, train
 from gptviz.ui import page_setup, resources
 
 RUN = "gptviz.train.run"  # the last run of this session: model key, history, task
@@ -26,6 +26,9 @@ TASKS = {"sort": "Sort letters (dbca|abcd)", "induction": "Copy a repeated run (
 def finish(model, hist, task, task_name, stopped=False):
     """Freeze the trained model, register it, and make it the model every page shows."""
     frozen = copy.deepcopy(model).eval()
+    last = hist.steps[-1] if hist.steps else 0
+    if not hist.snapshots or hist.snapshots[-1][0] != last:  # a stopped run: keep where it got to
+        hist.snapshots.append((last, snapshot(frozen)))
     key = resources.register_model(frozen, task.tokenizer, f"trained on {task_name} ({hist.steps[-1] if hist.steps else 0} steps)",
                                    {"task": task_name, "example": task.example()})
     st.session_state[RUN] = {"key": key, "hist": hist, "task": task_name, "example": task.example(), "stopped": stopped}
@@ -37,14 +40,16 @@ def finish(model, hist, task, task_name, stopped=False):
 
 done = st.session_state.pop("gptviz.train.done", None)
 if done:
-    st.success(done)
+    (st.warning if done.startswith("Training stopped") else st.success)(done)
 live = st.session_state.pop(LIVE, None)
 if live is not None:  # the last run was interrupted by the Stop button (or by leaving the page)
     if live["hist"] is not None and live["hist"].steps:
         finish(live["model"], live["hist"], live["task"], live["task_name"], stopped=True)
-        st.warning(f"Training stopped at step {live['hist'].steps[-1]}; the model so far is kept.")
+        st.session_state["gptviz.train.done"] = (f"Training stopped at step {live['hist'].steps[-1]}; "
+                                                 "the model so far is kept and every page now shows it.")
     else:
-        st.warning("Training stopped before its first progress report; the model was not changed.")
+        st.session_state["gptviz.train.done"] = "Training stopped before its first progress report; nothing changed."
+    st.rerun()
 
 
 
