@@ -245,6 +245,7 @@ def _build(s: dict) -> Ctx:
             entry = resources.registered(s["model_key"])
             if entry and entry.meta.get("example") and s.get("text") in (None, "", DEFAULT_PROMPT):
                 s["text"] = entry.meta["example"]
+                st.rerun()  # so the sidebar shows the example too
         except (ValueError, OSError) as exc:
             st.error(f"The shipped checkpoint {name!r} could not be loaded: {exc}")
             s["preset"] = "default"

@@ -119,6 +119,8 @@ def apply_preset(s: dict[str, Any], name: str) -> None:
     s["model_key"] = None  # a preset replaces any loaded model; a checkpoint preset loads its own
     s["id_edits"] = {}
     s["edits"] = {"set": [], "heads_off": []}
+    if name.startswith("checkpoint: "):
+        s["text"] = ""  # a task model comes with an example in its own format, filled in when it loads
     if name in PRESETS:
         s.update(_config_settings(PRESETS[name]))
         for field in CONFIG_FIELDS:

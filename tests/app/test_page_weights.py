@@ -25,6 +25,8 @@ def test_shipped_checkpoints_are_offered_and_load():
 def test_checkpoint_preset_from_a_link():
     at = ok(page("attention", preset="checkpoint: induction"))
     assert at.session_state["gptviz.settings"]["model_key"] == "ckpt-induction"
+    assert at.text_area(key="w.text").value == "kbhdcafkbhdcaf"  # the sidebar shows the model's example
+    assert at.title[0].value.startswith("Attention · layer 0")
 
 
 def test_upload_a_gptviz_checkpoint():
