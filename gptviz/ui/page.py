@@ -197,8 +197,6 @@ def sidebar(s: dict) -> None:
 
     sb.markdown("### View")
     _w("checkbox", "show_values", "Numbers in cells (small tensors)", s)
-    sb.button("Reset to defaults", on_click=state.reset, width="stretch",
-              help="Forget every setting and edit of this session and start again from the default model.")
 
 
 def _view_selectors(ctx: Ctx) -> None:
@@ -227,6 +225,8 @@ def page_setup(title: str, icon: str = "🔎") -> Ctx:
     _view_selectors(ctx)
     st.sidebar.caption(f"vocab_size = {ctx.cfg.vocab_size:,}, set by the tokenizer · "
                        f"{ctx.cfg.num_params():,} parameters")
+    st.sidebar.button("Reset to defaults", on_click=state.reset, width="stretch",
+                      help="Forget every setting and edit of this session and start again from the default model.")
     state.write_url(s)
     return ctx
 
@@ -303,6 +303,7 @@ def _build(s: dict) -> Ctx:
         cfg.check_limits(batch=batch.x.shape[0], seq_len=batch.x.shape[1])
     except ValueError as exc:
         st.error(str(exc))
+        st.sidebar.button("Reset to defaults", on_click=state.reset, width="stretch", key="reset.stopped")
         st.stop()
     ctx = Ctx(s, cfg, state.config_json(cfg), tok, batch, model_key)
     ctx.entry = entry
