@@ -1,7 +1,7 @@
 """Every recorded step, one at a time, in the order the model computes them."""
 import streamlit as st
 
-from gptviz.ui import head_step, page_setup, step_heatmap
+from gptviz.ui import clear_edits_button, head_step, page_setup, step_heatmap, vector_editor
 
 ctx = page_setup("Step-through", "⏯️")
 tr = ctx.trace()
@@ -43,3 +43,16 @@ with right:
     st.markdown(f"**Hook name** `{name}`")
     st.markdown("**Shape** " + (" × ".join(f"{ax} = {n}" for ax, n in zip(info.axes, shape)) or "a single number"))
     st.markdown(f"**Values** {info.kind}" + (" (grey = masked)" if info.kind in ("masked", "probability") and info.layer is not None else ""))
+
+EDITABLE_WIDTH = 64
+width = shape[-1] if shape else 0
+if info.kind != "masked" and len(shape) >= 3 and width <= EDITABLE_WIDTH and not name.startswith("hook_probs"):
+    with st.expander("Edit this step: change one row and watch everything after it change"):
+        what = "query" if "query_pos" in info.axes else "position"
+        labels = ctx.labels()
+        pos = st.selectbox(what.capitalize(), list(range(ctx.n_pos)), format_func=lambda t: f"{t}: '{labels[t]}'",
+                           key="step.edit.pos")
+        if "head" in info.axes and ctx.head is None:
+            st.caption("Editing head 0; choose a head in the sidebar to edit another.")
+        vector_editor(ctx, name, pos, key="step", head=ctx.head)
+        clear_edits_button(ctx, key="step")

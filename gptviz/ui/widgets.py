@@ -123,21 +123,38 @@ def clear_edits_button(ctx: Ctx, key: str = "") -> None:
         st.warning(ctx.edit_notice)
 
 
-def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "") -> None:
-    """Edit one position's vector of a step (e.g. a token's embedding) in a table; later steps follow."""
+def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "", head: Optional[int] = None) -> None:
+    """Edit one row of a step (a position's vector, or one query's attention row for a head) in a table;
+    every later step is recomputed from the edited values."""
     tr = ctx.trace()
-    vec = np.asarray(tr[name])[ctx.b, pos]
-    df = pd.DataFrame({"dim": np.arange(vec.shape[-1]), "value": vec.astype(float)})
-    edited = st.data_editor(df, key=f"edit.{key}{name}.{ctx.b}.{pos}.{ctx.s.get('edit_gen', 0)}", hide_index=True, disabled=["dim"],
-                            width="stretch", height=min(400, 38 + 35 * len(df)))
+    info = tr.info(name)
+    value = np.asarray(tr[name])
+    if info.axes[:2] == ("batch", "head"):
+        index = [ctx.b, head or 0, pos]
+    elif len(info.axes) == 4:
+        index = [ctx.b, pos, head or 0]
+    else:
+        index = [ctx.b, pos]
+    vec = value[tuple(index)]
+    if vec.ndim != 1:
+        st.info("This step has no row of numbers to edit.")
+        return
+    if "key_pos" in info.axes:
+        vec = vec[: ctx.n_pos]
+    df = pd.DataFrame({"index": np.arange(vec.shape[-1]), "value": vec.astype(float)})
+    gen = ctx.s.get("edit_gen", 0)
+    edited = st.data_editor(df, key=f"edit.{key}{name}.{'.'.join(map(str, index))}.{gen}", hide_index=True,
+                            disabled=["index"], width="stretch", height=min(400, 38 + 35 * len(df)))
     new = edited["value"].to_numpy(dtype=float)
     if not np.all(np.isfinite(new)):
         st.warning("Every value must be a number; the empty or invalid cells were not applied.")
         return
     if not np.allclose(new, vec, atol=1e-7, rtol=0):
+        full = value[tuple(index)].astype(float).copy()
+        full[: len(new)] = new
         spec = ctx.s.setdefault("edits", {"set": [], "heads_off": []})
-        items = [e for e in spec.get("set", []) if not (e["name"] == name and e["index"] == [ctx.b, pos])]
-        items.append({"name": name, "index": [ctx.b, pos], "values": [float(v) for v in new]})
+        items = [e for e in spec.get("set", []) if not (e["name"] == name and e["index"] == index)]
+        items.append({"name": name, "index": index, "values": [float(v) for v in full]})
         spec["set"] = items
         st.rerun()
 

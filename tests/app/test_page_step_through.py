@@ -26,3 +26,22 @@ def test_jump_to_any_step_and_state_survives_a_config_change():
     at = at.selectbox(key="step.jump").set_value(len(at.selectbox(key="step.jump").options) - 1).run()
     assert at.title[0].value.endswith("loss")
     assert "loss" in last
+
+
+def test_a_step_can_be_edited_and_later_steps_follow():
+    from apphelp import array, chart
+
+    at = page("step")
+    sel = at.selectbox(key="step.jump")
+    i = [k for k, o in enumerate(sel.options) if "blocks.1.hook_resid_pre" in o][0]
+    at = sel.set_value(i).run()
+    assert any("Edit this step" in e.label for e in at.expander)
+    before = array(chart(at, "L1 residual stream in")["data"][0]["z"])
+    s = at.session_state["gptviz.settings"]
+    s["edits"] = {"set": [{"name": "blocks.1.hook_resid_pre", "index": [0, 2], "values": [3.0] * 16}], "heads_off": []}
+    at.run()
+    ok(at)
+    after = array(chart(at, "L1 residual stream in")["data"][0]["z"])
+    assert (after[2] == 3.0).all() and (after[:2] == before[:2]).all()
+    at = at.selectbox(key="step.jump").set_value(len(sel.options) - 1).run()  # the loss, downstream of the edit
+    assert at.title[0].value.endswith("loss")
