@@ -99,6 +99,21 @@ class Trace(Mapping):
             return None
         return self.grads.get(name)
 
+    def param_grad_norms(self) -> dict[str, float]:
+        """‖d loss / d W‖ for every parameter tensor (empty without grads)."""
+        if self.param_grads is None:
+            return dict(getattr(self, "_param_grad_norms", None) or {})
+        return {k: float((v.detach() if isinstance(v, torch.Tensor) else torch.as_tensor(v)).float().norm())
+                for k, v in self.param_grads.items()}
+
+    def without_param_grads(self) -> "Trace":
+        """The same trace keeping only each parameter gradient's norm: a GPT-2-sized model's full
+        parameter gradients are 0.5 GB, too much to cache."""
+        norms = self.param_grad_norms()
+        self.param_grads = None
+        self._param_grad_norms = norms
+        return self
+
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._acts[name].shape)
 

@@ -34,9 +34,9 @@ st.latex(r"\frac{\partial \mathcal{L}}{\partial x} \quad\text{for } x = " + info
 st.code("loss.backward()  # every x.grad now holds ∂loss/∂x", language="python")
 
 st.subheader("Gradient size of every parameter tensor")
-pg = tr.param_grads or {}
+pg = tr.param_grad_norms()
 names_p = list(pg)
-norms = [float(np.linalg.norm(pg[n])) for n in names_p]
+norms = [pg[n] for n in names_p]
 if norms:
     st.plotly_chart(figures.bar_chart([n.replace("transformer.", "") for n in names_p], norms,
                                       title="‖∂loss/∂W‖ for each weight", x_title="gradient norm",

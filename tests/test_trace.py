@@ -418,3 +418,16 @@ def test_dropout_only_in_training_and_never_in_a_trace():
     assert torch.equal(trace(m, idx)["hook_logits"], trace(m, idx)["hook_logits"])
     m.eval()
     assert torch.equal(trace(m, idx)["hook_logits"], m(idx)[0])
+
+
+def test_parameter_gradient_norms_survive_dropping_the_gradients():
+    c = CONFIGS["gpt2-like"]
+    m = GPT(c)
+    idx = random_ids(c)
+    tr = trace(m, idx, targets=idx, grads=True).numpy()
+    norms = tr.param_grad_norms()
+    assert norms["transformer.wte.weight"] == pytest.approx(float(np.linalg.norm(tr.param_grads["transformer.wte.weight"])), rel=1e-5)
+    slim = tr.without_param_grads()
+    assert slim.param_grads is None and slim.param_grad_norms() == norms
+    import pickle
+    assert pickle.loads(pickle.dumps(slim)).param_grad_norms() == norms

@@ -150,7 +150,7 @@ def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
         edits=edits,
         grads=grads,
     )
-    return tr.numpy()
+    return tr.numpy().without_param_grads() if grads else tr.numpy()
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
