@@ -95,6 +95,8 @@ class Ctx:
 
     def trace(self, grads: bool = False) -> Trace:
         """The (cached) trace of this batch, with the session's edits."""
+        if not grads and True in self._traces:
+            return self._traces[True]  # a trace with gradients holds every forward value too: don't trace twice
         if grads not in self._traces:
             b = self.batch
             args = (self.cfg_json, self.model_key, _tup(b.x), _tup(b.y), _tup(b.attention_mask))
