@@ -7,8 +7,15 @@ The literal text ``<|endoftext|>`` is read as the end-of-text token by every tok
 """
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import threading
 from collections import Counter
+from pathlib import Path
 from typing import Iterable, Optional, Protocol, Sequence
+
+from .bpe import apply_merges
 
 EOT = "<|endoftext|>"
 
@@ -147,13 +154,8 @@ class CharBPETokenizer:
                 ids.append(self.eot_id)
                 continue
             seq = [self.vocab[ch] for ch in piece if ch in self.vocab]
-            ranks = self._ranks
-            while len(seq) >= 2:  # apply the earliest-learned merge present, everywhere, and repeat
-                pair = min((p for p in zip(seq, seq[1:]) if p in ranks), key=lambda p: ranks[p][0], default=None)
-                if pair is None:
-                    break
-                seq = _merge(seq, pair, ranks[pair][1])
-            ids.extend(seq)
+            # apply the earliest-learned merge present, everywhere, and repeat (fast: see gptviz.bpe)
+            ids.extend(apply_merges(seq, self._ranks))
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -230,23 +232,85 @@ TIKTOKEN_ENCODINGS = {
 }
 
 
+# The vocabularies ship with gptviz (gptviz/data/tiktoken/, gzipped; provenance and licences in its
+# README), so these tokenizers work offline on any machine. Each file's SHA-256 (of the gunzipped text)
+# is the ``expected_hash`` tiktoken itself checks, and is checked here on every load.
+TIKTOKEN_DIR = Path(__file__).resolve().parent / "data" / "tiktoken"
+_R50K_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+# tiktoken's own pattern strings and special tokens for each encoding (tiktoken_ext.openai_public;
+# tests/test_tokenizers.py checks they are still the same).
+TIKTOKEN_SPECS = {
+    "r50k_base": dict(
+        sha256="306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930", explicit_n_vocab=50257,
+        pat_str=_R50K_PAT, special_tokens={EOT: 50256}),
+    "cl100k_base": dict(
+        sha256="223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7", explicit_n_vocab=None,
+        pat_str=r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        special_tokens={EOT: 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
+                        "<|endofprompt|>": 100276}),
+    "o200k_base": dict(
+        sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", explicit_n_vocab=None,
+        pat_str="|".join([
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]),
+        special_tokens={EOT: 199999, "<|endofprompt|>": 200018}),
+}
+
+_ENCODINGS: dict = {}
+_ENC_LOCK = threading.Lock()
+
+
+def load_mergeable_ranks(encoding: str, path: Optional[Path] = None) -> dict[bytes, int]:
+    """The ranks of a shipped vocabulary, after checking its SHA-256. Raises TokenizerUnavailable."""
+    spec = TIKTOKEN_SPECS[encoding]
+    path = path or TIKTOKEN_DIR / f"{encoding}.tiktoken.gz"
+    try:
+        data = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TokenizerUnavailable(f"The {encoding} vocabulary file {path.name} could not be read ({exc}).") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != spec["sha256"]:
+        raise TokenizerUnavailable(f"The {encoding} vocabulary file {path.name} is damaged: its SHA-256 is "
+                                   f"{digest}, tiktoken expects {spec['sha256']}.")
+    ranks = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def tiktoken_encoding(encoding: str):
+    """A ``tiktoken.Encoding`` built from the shipped file, with tiktoken's pattern and special tokens.
+    One per process: building one takes a second or two."""
+    with _ENC_LOCK:
+        if encoding not in _ENCODINGS:
+            try:
+                import tiktoken
+            except ImportError as exc:
+                raise TokenizerUnavailable("The tiktoken package is not installed (pip install tiktoken).") from exc
+            spec = TIKTOKEN_SPECS[encoding]
+            kw = {"explicit_n_vocab": spec["explicit_n_vocab"]} if spec["explicit_n_vocab"] else {}
+            _ENCODINGS[encoding] = tiktoken.Encoding(
+                name=encoding, pat_str=spec["pat_str"], mergeable_ranks=load_mergeable_ranks(encoding),
+                special_tokens=dict(spec["special_tokens"]), **kw)
+        return _ENCODINGS[encoding]
+
+
 class TiktokenTokenizer:
-    """One of tiktoken's encodings. Loading needs tiktoken's cache or the network."""
+    """One of tiktoken's encodings, built from the vocabulary that ships with gptviz (no network)."""
 
     def __init__(self, name: str):
         if name not in TIKTOKEN_ENCODINGS:
             raise ValueError(f"unknown encoding {name!r}: choose one of {', '.join(TIKTOKEN_ENCODINGS)}")
         self.name = name
-        try:
-            import tiktoken
-
-            self._enc = tiktoken.get_encoding(TIKTOKEN_ENCODINGS[name])
-        except Exception as exc:  # network errors, missing cache, corrupt file, missing package
-            raise TokenizerUnavailable(
-                f"The {name!r} tokenizer could not be loaded: tiktoken needs to download its "
-                "vocabulary once, and it is neither in tiktoken's cache (TIKTOKEN_CACHE_DIR) nor "
-                f"reachable over the network. ({type(exc).__name__})"
-            ) from exc
+        self._enc = tiktoken_encoding(TIKTOKEN_ENCODINGS[name])
         self.vocab_size = self._enc.n_vocab
         self.eot_id = self._enc.eot_token
 

@@ -1,4 +1,3 @@
-import os
 import sys
 from pathlib import Path
 
@@ -8,10 +7,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# tiktoken's GPT-2 file ships in ../shared for development and CI (never needed by the app itself).
-_shared = ROOT.parent / "shared" / "tiktoken-cache"
-if "TIKTOKEN_CACHE_DIR" not in os.environ and _shared.is_dir():
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(_shared)
+# No test reads anything outside this repository: the tiktoken vocabularies ship in gptviz/data/tiktoken.
 
 from gptviz import GPT, ModelConfig  # noqa: E402
 

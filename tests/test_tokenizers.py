@@ -80,7 +80,7 @@ def test_visible_whitespace():
     assert visible(" a\n\t\x00") == "␣a↵⇥\\x00"
 
 
-def test_gpt2_encoding_from_the_cache():
+def test_gpt2_encoding_from_the_shipped_file():
     t = TiktokenTokenizer("gpt2")
     assert t.vocab_size == 50257 and t.eot_id == 50256
     ids = t.encode("Hello world<|endoftext|>")
@@ -93,18 +93,74 @@ def test_gpt2_encoding_from_the_cache():
     assert get_tokenizer("gpt2").vocab_size == 50257
 
 
-def test_an_encoding_that_cannot_load_says_so(monkeypatch, tmp_path):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty cache, and no network here
-    import tiktoken.load
-    import tiktoken.registry
+OFFLINE_SCRIPT = """
+import json, socket
+def no_network(*a, **k):
+    raise OSError("no network in this test")
+socket.socket.connect = no_network
+socket.create_connection = no_network
+from gptviz.tokenizers import TiktokenTokenizer
+out = {}
+for name in ("gpt2", "cl100k_base", "o200k_base"):
+    t = TiktokenTokenizer(name)
+    ids = t.encode("hello world")
+    out[name] = [ids, t.decode(ids), t.vocab_size]
+print(json.dumps(out))
+"""
 
-    def offline(*args, **kwargs):
-        raise ConnectionError("no network")
 
-    monkeypatch.setattr(tiktoken.load, "read_file", offline)  # offline even on a machine with a network
-    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
-    with pytest.raises(TokenizerUnavailable, match="could not be loaded") as err:
-        TiktokenTokenizer("o200k_base")
-    assert isinstance(err.value, ValueError)
+def test_every_encoding_loads_offline_with_an_empty_tiktoken_cache(tmp_path):
+    """A fresh machine: no tiktoken cache, no network. The shipped vocabularies are all it needs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", OFFLINE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["gpt2"] == [[31373, 995], "hello world", 50257]
+    assert out["cl100k_base"] == [[15339, 1917], "hello world", 100277]
+    assert out["o200k_base"] == [[24912, 2375], "hello world", 200019]
+    assert not any(tmp_path.iterdir())  # nothing was fetched into the cache
+
+
+@pytest.mark.parametrize("encoding", ["r50k_base", "cl100k_base", "o200k_base"])
+def test_the_encodings_use_tiktokens_own_pattern_and_special_tokens(encoding, monkeypatch):
+    """tiktoken's own definition (which would download the ranks) gives the same pattern and special tokens
+    as ours, and the shipped file's hash is the one tiktoken expects."""
+    import tiktoken_ext.openai_public as public
+
+    from gptviz.tokenizers import TIKTOKEN_SPECS, load_mergeable_ranks
+
+    seen = {}
+
+    def fake_load(path, expected_hash=None):
+        seen["hash"] = expected_hash
+        return {b"a": 0}
+
+    monkeypatch.setattr(public, "load_tiktoken_bpe", fake_load)
+    theirs = getattr(public, encoding)()
+    ours = TIKTOKEN_SPECS[encoding]
+    assert theirs["pat_str"] == ours["pat_str"]
+    assert theirs["special_tokens"] == ours["special_tokens"]
+    assert seen["hash"] == ours["sha256"]
+    assert len(load_mergeable_ranks(encoding)) > 50_000
+
+
+def test_a_damaged_vocabulary_is_refused(tmp_path):
+    import gzip
+
+    from gptviz.tokenizers import load_mergeable_ranks
+
+    bad = tmp_path / "r50k_base.tiktoken.gz"
+    bad.write_bytes(gzip.compress(b"IQ== 0\n"))
+    with pytest.raises(TokenizerUnavailable, match="damaged"):
+        load_mergeable_ranks("r50k_base", bad)
+    with pytest.raises(TokenizerUnavailable, match="could not be read"):
+        load_mergeable_ranks("r50k_base", tmp_path / "missing.gz")
     with pytest.raises(ValueError, match="unknown encoding"):
         TiktokenTokenizer("p50k")
