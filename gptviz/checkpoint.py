@@ -19,6 +19,7 @@ import torch
 
 from .config import ModelConfig
 from .model import GPT
+from .seq2seq import build_model
 from .tokenizers import CharBPETokenizer, TiktokenTokenizer
 from .weights import gpt2_state_dict_to_gptviz, load_state
 
@@ -30,7 +31,7 @@ Source = Union[str, os.PathLike, bytes]
 
 @dataclass
 class Checkpoint:
-    model: GPT
+    model: GPT  # or a gptviz.seq2seq.Seq2Seq when config.n_enc_layer >= 0
     tokenizer: Any = None  # a tokenizer, or None when the file names none
     meta: dict = field(default_factory=dict)
     kind: str = "gptviz"  # gptviz | hf-gpt2 | nanogpt
@@ -140,7 +141,7 @@ def _load_safetensors(data: bytes, n_head: Optional[int]) -> Checkpoint:
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"the gptviz checkpoint's header is damaged: {exc}") from None
         cfg.check_limits(batch=1, seq_len=1)
-        model = GPT(cfg)
+        model = build_model(cfg)  # a GPT, or an encoder-decoder model when n_enc_layer >= 0
         if cfg.tie_weights:
             tensors["lm_head.weight"] = tensors.get("transformer.wte.weight")
         _load_checked(model, tensors)

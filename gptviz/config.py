@@ -14,7 +14,7 @@ from typing import Any, Optional
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh")
 
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
@@ -49,6 +49,13 @@ class ModelConfig:
     ln_eps: float = 1e-5
     rope_base: float = 10000.0
     seed: int = 0
+    attn_only: bool = False  # blocks without an MLP: the setting where induction heads are studied
+    # Encoder-decoder (gptviz.seq2seq): -1 = decoder only (GPT); 0 = a decoder with cross-attention whose
+    # encoder output is a fixed, seeded random tensor; 1 or more = a real encoder of that many blocks.
+    n_enc_layer: int = -1
+    enc_len: int = 8  # encoder positions: the fixed encoder output's length, or the longest source
+    attn_proj_bias: Optional[bool] = None  # bias of attention's output projection; None = same as bias
+    head_bias: bool = False  # bias on the output layer (lm_head)
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -88,9 +95,20 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, "must be one of " + ", ".join(repr(a) for a in allowed))
-        for name in ("bias", "tie_weights"):
+        for name in ("bias", "tie_weights", "attn_only", "head_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be True or False")
+        for name in ("n_enc_layer", "enc_len"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise bad(name, "must be a whole number")
+        if self.n_enc_layer < -1:
+            raise bad("n_enc_layer", "must be -1 (decoder only), 0 (a fixed random encoder output) or more")
+        if self.enc_len < 1:
+            raise bad("enc_len", "must be at least 1")
+        if self.attn_proj_bias is None:
+            object.__setattr__(self, "attn_proj_bias", self.bias)
+        elif not isinstance(self.attn_proj_bias, bool):
+            raise bad("attn_proj_bias", "must be True, False or None")
         if self.qkv_bias is None:
             object.__setattr__(self, "qkv_bias", self.bias)
         elif not isinstance(self.qkv_bias, bool):
@@ -126,15 +144,15 @@ class ModelConfig:
         C, V, L = self.n_embd, self.vocab_size, self.n_layer
         lin = lambda i, o, b: i * o + (o if b else 0)  # noqa: E731
         norm = C + (C if self.bias else 0)
-        per_block = (
-            norm
-            + lin(C, 3 * self.d_attn, self.qkv_bias)
-            + lin(self.d_attn, C, self.bias)
-            + norm
-            + lin(C, self.d_mlp, self.bias)
-            + lin(self.d_mlp, C, self.bias)
-        )
-        total = V * C + L * per_block
+        per_block = norm + lin(C, 3 * self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias)
+        if not self.attn_only:
+            per_block += norm + lin(C, self.d_mlp, self.bias) + lin(self.d_mlp, C, self.bias)
+        total = V * C + L * per_block + (V if self.head_bias else 0)
+        if self.n_enc_layer >= 0:  # each decoder block also has a norm and cross-attention (q, k, v, o)
+            total += L * (norm + 3 * lin(C, self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias))
+        if self.n_enc_layer > 0:  # the encoder: blocks like the decoder's without cross-attention
+            total += self.n_enc_layer * per_block + (norm if self.norm_placement == "pre" else 0)
+            total += self.enc_len * C if self.pos_encoding == "learned" else 0
         if self.pos_encoding == "learned":
             total += self.block_size * C
         if self.norm_placement == "pre":
@@ -151,9 +169,18 @@ class ModelConfig:
             + B * T * 3 * self.d_attn * 2  # qkv and q/k/v (+ rotated)
             + B * self.n_head * T * T * 4  # four score/pattern tensors
             + B * T * self.d_attn  # z
-            + B * T * self.d_mlp * 2  # mlp pre and post
+            + (0 if self.attn_only else B * T * self.d_mlp * 2)  # mlp pre and post
         )
         total = self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * 2
+        if self.n_enc_layer >= 0:
+            S = self.enc_len
+            cross = (B * T * (6 * C + 1) + B * T * self.d_attn * 2 + B * S * self.d_attn * 2
+                     + B * self.n_head * T * S * 4)  # norm, q, z, k and v, four score/pattern tensors
+            total += self.n_layer * cross + B * S * C  # + the encoder output
+            if self.n_enc_layer > 0:  # encoder blocks, as the decoder's blocks over S positions
+                enc_layer = (B * S * (12 * C + 2) + B * S * 3 * self.d_attn * 2 + B * self.n_head * S * S * 4
+                             + B * S * self.d_attn + (0 if self.attn_only else B * S * self.d_mlp * 2))
+                total += self.n_enc_layer * enc_layer + B * S * (4 * C)
         return 4 * total * (2 if grads else 1)
 
     def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False) -> None:
@@ -192,7 +219,8 @@ class ModelConfig:
     def replace(self, **changes: Any) -> "ModelConfig":
         """A copy with some fields changed; derived defaults are worked out again unless given."""
         data = self.to_dict()
-        for derived, source in (("d_head", ("n_embd", "n_head")), ("d_mlp", ("n_embd",)), ("qkv_bias", ("bias",))):
+        for derived, source in (("d_head", ("n_embd", "n_head")), ("d_mlp", ("n_embd",)), ("qkv_bias", ("bias",)),
+                                 ("attn_proj_bias", ("bias",))):
             if derived not in changes and any(s in changes for s in source):
                 data[derived] = None
         data.update(changes)
@@ -219,6 +247,14 @@ def _preset_table() -> dict[str, ModelConfig]:
             vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, norm_placement="post",
             activation="relu", pos_encoding="sinusoidal",
         ),
+        # The teaching material's hand-written decoder layer: masked self-attention, cross-attention to a
+        # fixed random encoder output (batch, 8, 32), a ReLU feed-forward layer, LayerNorm(x + sublayer(x))
+        # after each; Q/K/V/O without bias, feed-forward and output layer with bias, no positions.
+        "decoder-cross-attention": ModelConfig(
+            vocab_size=12, block_size=8, n_layer=1, n_head=8, n_embd=32, d_head=4, d_mlp=128,
+            norm_placement="post", pos_encoding="none", activation="relu", bias=True, qkv_bias=False,
+            attn_proj_bias=False, head_bias=True, tie_weights=False, n_enc_layer=0, enc_len=8,
+        ),
     }
 
 
@@ -230,6 +266,9 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "gpt2-small": "GPT-2 small's shape: 12 layers, 12 heads, 768-wide, 124M parameters.",
     "llama-like": "LLaMA's choices, small: RMSNorm, rotary positions, no biases, untied head.",
     "original-transformer": "The 2017 Transformer as a decoder: post-norm, ReLU, sin/cos positions.",
+    "decoder-cross-attention": ("The teaching material's decoder layer: masked self-attention, cross-attention to a "
+                                "fixed random encoder output, ReLU feed-forward, post-norm; 8 heads of 4, 17,516 "
+                                "parameters."),
 }
 
 

@@ -44,3 +44,13 @@ def loss_breakdown(logits: torch.Tensor, targets: torch.Tensor, ignore_index: in
 def uniform_loss(vocab_size: int) -> float:
     """ln V: the cross-entropy of a model that gives every one of V tokens the same probability."""
     return math.log(vocab_size)
+
+
+def mean_over(loss_per_token, targets, ignore_index: int = -100) -> float:
+    """The mean of ``loss_per_token`` over the positions whose target is not ``ignore_index`` (nan if none):
+    the loss on just the positions a task scores, given its targets."""
+    import numpy as np
+
+    lpt, y = np.asarray(loss_per_token, dtype=np.float64), np.asarray(targets)
+    keep = y != ignore_index
+    return float(lpt[keep].mean()) if keep.any() else math.nan

@@ -94,35 +94,42 @@ class Norm(nn.Module):
         return self.hook_out(x, rec)
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int):
+class HeadsAttention(nn.Module):
+    """Multi-head attention from per-position queries, keys and values, every step hooked.
+
+    The shared core of every attention here: GPT's causal self-attention (below) and the encoder-decoder
+    model's self- and cross-attention (``gptviz.seq2seq``). Queries may come from one sequence (T
+    positions) and keys and values from another (S positions); ``mask`` says which keys each query may see.
+    """
+
+    STEPS = ("q", "k", "v", "rot_q", "rot_k", "scores_raw", "scores_scaled", "attn_scores", "pattern", "z")
+
+    def __init__(self, config: ModelConfig, prefix: str, steps: tuple = STEPS):
         super().__init__()
         self.n_head, self.d_head = config.n_head, config.d_head
         self.d_attn = config.d_attn
         self.rope = config.pos_encoding == "rope"
         self.dropout = config.dropout
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.d_attn, bias=config.qkv_bias)
-        self.c_proj = nn.Linear(config.d_attn, config.n_embd, bias=config.bias)
-        p = f"blocks.{layer}.attn."
-        for name in ("qkv", "q", "k", "v", "rot_q", "rot_k", "scores_raw", "scores_scaled",
-                     "attn_scores", "pattern", "z"):
-            setattr(self, f"hook_{name}", HookPoint(p + f"hook_{name}"))
+        for name in steps:
+            setattr(self, f"hook_{name}", HookPoint(prefix + f"hook_{name}"))
 
-    def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
-        allowed, dead = mask  # (1|B, 1, T, T) keys each query may see; query rows that see none, or None
-        B, T, _ = x.shape
+    def attend(self, q, k, v, mask, rope_cs, rec: Recorder = None, train: bool = False):
+        """q: (B, T, nh*hs); k, v: (B, S, nh*hs)  ->  z: (B, T, nh, hs).
+
+        mask = (allowed, dead): allowed (1|B, 1, 1|T, S), the keys each query may see; dead, the query rows
+        that may see none, or None."""
+        allowed, dead = mask
+        B, T, S = q.shape[0], q.shape[1], k.shape[1]
         nh, hs = self.n_head, self.d_head
-        qkv = self.hook_qkv(self.c_attn(x), rec)  # (B, T, 3*nh*hs)
-        q, k, v = qkv.split(self.d_attn, dim=2)
         q = self.hook_q(q.view(B, T, nh, hs), rec)  # (B, T, nh, hs)
-        k = self.hook_k(k.view(B, T, nh, hs), rec)
-        v = self.hook_v(v.view(B, T, nh, hs), rec)
+        k = self.hook_k(k.view(B, S, nh, hs), rec)  # (B, S, nh, hs)
+        v = self.hook_v(v.view(B, S, nh, hs), rec)
         if self.rope:
             cos, sin = rope_cs
             q = self.hook_rot_q(apply_rope(q, cos, sin), rec)
             k = self.hook_rot_k(apply_rope(k, cos, sin), rec)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
-        att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, T)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T|S, hs)
+        att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, S)
         att = self.hook_scores_scaled(att / math.sqrt(hs), rec)
         att = self.hook_attn_scores(att.masked_fill(~allowed, float("-inf")), rec)
         if dead is None:
@@ -132,18 +139,33 @@ class CausalSelfAttention(nn.Module):
         att = self.hook_pattern(att, rec)
         if train and self.dropout > 0:
             att = F.dropout(att, self.dropout, training=True)
-        z = self.hook_z((att @ v).transpose(1, 2), rec)  # (B, T, nh, hs)
-        return self.c_proj(z.reshape(B, T, nh * hs))  # (B, T, C)
+        return self.hook_z((att @ v).transpose(1, 2), rec)  # (B, T, nh, hs)
+
+
+class CausalSelfAttention(HeadsAttention):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__(config, f"blocks.{layer}.attn.", ("qkv",) + HeadsAttention.STEPS)
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.d_attn, bias=config.qkv_bias)
+        self.c_proj = nn.Linear(config.d_attn, config.n_embd, bias=config.attn_proj_bias)
+
+    def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
+        # mask: (allowed (1|B, 1, T, T) keys each query may see, dead query rows that see none or None)
+        B, T, _ = x.shape
+        qkv = self.hook_qkv(self.c_attn(x), rec)  # (B, T, 3*nh*hs)
+        q, k, v = qkv.split(self.d_attn, dim=2)
+        z = self.attend(q, k, v, mask, rope_cs, rec, train)  # (B, T, nh, hs)
+        return self.c_proj(z.reshape(B, T, self.d_attn))  # (B, T, C)
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int):
+    def __init__(self, config: ModelConfig, layer: int, prefix: Optional[str] = None):
         super().__init__()
+        p = prefix or f"blocks.{layer}.mlp"
         self.activation = config.activation
         self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
         self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
-        self.hook_pre = HookPoint(f"blocks.{layer}.mlp.hook_pre")
-        self.hook_post = HookPoint(f"blocks.{layer}.mlp.hook_post")
+        self.hook_pre = HookPoint(f"{p}.hook_pre")
+        self.hook_post = HookPoint(f"{p}.hook_post")
 
     def forward(self, x, rec: Recorder = None):
         h = self.hook_pre(self.c_fc(x), rec)  # (B, T, d_mlp)
@@ -151,6 +173,8 @@ class MLP(nn.Module):
             h = F.gelu(h)
         elif self.activation == "gelu_tanh":
             h = F.gelu(h, approximate="tanh")
+        elif self.activation == "tanh":
+            h = torch.tanh(h)
         else:
             h = F.relu(h)
         h = self.hook_post(h, rec)
@@ -162,10 +186,12 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
         self.dropout = config.dropout
+        self.attn_only = config.attn_only
         self.ln_1 = Norm(config, f"blocks.{layer}.ln1")
         self.attn = CausalSelfAttention(config, layer)
-        self.ln_2 = Norm(config, f"blocks.{layer}.ln2")
-        self.mlp = MLP(config, layer)
+        if not self.attn_only:  # an attention-only block has no second norm and no MLP
+            self.ln_2 = Norm(config, f"blocks.{layer}.ln2")
+            self.mlp = MLP(config, layer)
         p = f"blocks.{layer}."
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint(p + f"hook_{name}"))
@@ -178,11 +204,15 @@ class Block(nn.Module):
         if self.pre_norm:  # GPT-2: x = x + sublayer(norm(x))
             a = self.hook_attn_out(self._drop(self.attn(self.ln_1(x, rec), mask, rope_cs, rec, train), train), rec)
             x = self.hook_resid_mid(x + a, rec)
+            if self.attn_only:
+                return self.hook_resid_post(x, rec)
             m = self.hook_mlp_out(self._drop(self.mlp(self.ln_2(x, rec), rec), train), rec)
             return self.hook_resid_post(x + m, rec)
         # the 2017 Transformer: x = norm(x + sublayer(x))
         a = self.hook_attn_out(self._drop(self.attn(x, mask, rope_cs, rec, train), train), rec)
         x = self.hook_resid_mid(self.ln_1(x + a, rec), rec)
+        if self.attn_only:
+            return self.hook_resid_post(x, rec)
         m = self.hook_mlp_out(self._drop(self.mlp(x, rec), train), rec)
         return self.hook_resid_post(self.ln_2(x + m, rec), rec)
 
@@ -192,6 +222,9 @@ class GPT(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        if config.n_enc_layer >= 0:
+            raise ValueError(f"n_enc_layer={config.n_enc_layer} describes an encoder-decoder model: build it with "
+                             "gptviz.seq2seq.build_model(config), not GPT")
         config.check_limits(batch=1, seq_len=1)
         self.config = config
         # Build on the meta device, then initialise from a private generator: the global RNG is
@@ -206,7 +239,7 @@ class GPT(nn.Module):
             if config.norm_placement == "pre":
                 modules["ln_f"] = Norm(config, "ln_final")
             self.transformer = nn.ModuleDict(modules)
-            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.head_bias)
         self.to_empty(device="cpu")
         if config.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight

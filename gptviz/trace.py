@@ -58,7 +58,7 @@ class Trace(Mapping):
     """
 
     def __init__(self, acts, infos, config, idx, targets=None, attention_mask=None, grads=None,
-                 param_grads=None, breakdown=None):
+                 param_grads=None, breakdown=None, source=None):
         self._acts = dict(acts)
         self._infos = dict(infos)
         self.config = config
@@ -68,6 +68,8 @@ class Trace(Mapping):
         self.grads = dict(grads) if grads is not None else None
         self.param_grads = dict(param_grads) if param_grads is not None else None
         self.breakdown = breakdown  # loss_breakdown(...) with targets, else None
+        # an encoder-decoder model's source side as given: enc_input / enc_mask / enc_out (empty for GPT)
+        self.source = dict(source or {})
 
     # Mapping
     def __getitem__(self, name: str):
@@ -144,7 +146,7 @@ class Trace(Mapping):
             conv(self.targets), conv(self.attention_mask),
             None if self.grads is None else {k: conv(v) for k, v in self.grads.items()},
             None if self.param_grads is None else {k: conv(v) for k, v in self.param_grads.items()},
-            bd,
+            bd, {k: conv(v) for k, v in self.source.items()},
         )
 
     to_numpy = numpy
@@ -163,6 +165,9 @@ def trace(
     attention_mask: Optional[torch.Tensor] = None,
     edits: Optional[dict[str, Edit]] = None,
     grads: bool = False,
+    enc_input: Optional[torch.Tensor] = None,
+    enc_mask: Optional[torch.Tensor] = None,
+    enc_out: Optional[torch.Tensor] = None,
 ) -> Trace:
     """Run ``model`` on ``idx`` (batch, pos) and record every step.
 
@@ -170,20 +175,28 @@ def trace(
     replacement is used from there on, so everything downstream is computed again from it. The
     weights are never touched. ``grads=True`` (needs ``targets``) also records d loss / d step.
     Dropout is always off in a trace.
+
+    An encoder-decoder model (``gptviz.seq2seq``) also takes its source: ``enc_input`` (batch, enc_pos)
+    token ids for a real encoder, or ``enc_out`` (batch, enc_pos, n_embd) in place of the fixed random
+    encoder output, and ``enc_mask`` (batch, enc_pos) for padding.
     """
     idx = torch.as_tensor(idx)
     if targets is not None:
         targets = torch.as_tensor(targets)
     if attention_mask is not None:
         attention_mask = torch.as_tensor(attention_mask)
-    model.check_inputs(idx, targets, attention_mask)
+    source = {k: torch.as_tensor(v) for k, v in (("enc_input", enc_input), ("enc_mask", enc_mask),
+                                                 ("enc_out", enc_out)) if v is not None}
+    if source and model.config.n_enc_layer < 0:
+        raise ValueError(f"{', '.join(source)} is for an encoder-decoder model; this one is decoder-only")
+    model.check_inputs(idx, targets, attention_mask, **source)
     if grads and targets is None:
         raise ValueError("grads=True needs targets: the gradient is of the loss")
     edits = dict(edits or {})
     rec = _Recorder(edits, grads)
     cfg = model.config
     with torch.set_grad_enabled(grads):
-        logits = model.run(idx, attention_mask, rec=rec, train=False)
+        logits = model.run(idx, attention_mask, rec=rec, train=False, **source)
         breakdown = None
         if targets is not None:
             breakdown = loss_breakdown(logits, targets)
@@ -205,4 +218,4 @@ def trace(
         acts = {n: t.detach() for n, t in acts.items()}
         breakdown = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in breakdown.items()}
     infos = {n: describe(n, cfg) for n in acts}
-    return Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown)
+    return Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown, source)

@@ -47,6 +47,8 @@ class TrainConfig:
     snapshot_every: int = 25
     eval_every: int = 25
     grad_clip: float = 1.0
+    schedule: str = "cosine"  # "cosine": decay to a tenth of lr over the run; "constant": lr throughout
+    warmup: int = 0  # steps of linear warm-up from 0 to lr
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -55,6 +57,10 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be a whole number of at least 1")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule={self.schedule!r} must be 'cosine' or 'constant'")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup={self.warmup!r} must be a whole number of at least 0")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and 0 < self.lr <= 10):
             raise ValueError(f"lr={self.lr!r} must be above 0 and at most 10")
 
@@ -69,6 +75,17 @@ class History:
     snapshots: list[tuple[int, dict]] = field(default_factory=list)  # (step, state_dict)
     seconds: float = 0.0
     stopped: bool = False
+
+
+def lr_factor(cfg: TrainConfig, i: int) -> float:
+    """The learning rate at step ``i`` as a share of ``cfg.lr``: linear warm-up, then constant or a cosine
+    decay to a tenth (big steps first, fine ones at the end). A constant schedule does not depend on the
+    length of the run, so a shorter run is exactly the start of a longer one."""
+    if cfg.warmup and i < cfg.warmup:
+        return (i + 1) / cfg.warmup
+    if cfg.schedule == "constant":
+        return 1.0
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(i, cfg.steps) / cfg.steps))
 
 
 def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -107,9 +124,7 @@ def train(model: GPT, task: Task, cfg: TrainConfig, on_progress: Optional[Callab
     g = torch.Generator().manual_seed(cfg.seed)
     eval_batch = task.batch(256, torch.Generator().manual_seed(10_000 + cfg.seed))
     opt = make_optimizer(model, cfg)
-    # cosine decay to a tenth of the rate: big steps first, fine ones at the end
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(i, cfg.steps) / cfg.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_factor(cfg, i))
     hist = History()
     hist.snapshots.append((0, snapshot(model)))
     el, acc = evaluate(model.eval(), task, eval_batch)
@@ -121,6 +136,8 @@ def train(model: GPT, task: Task, cfg: TrainConfig, on_progress: Optional[Callab
             hist.stopped = True
             break
         model.train()
+        if hasattr(task, "step"):
+            task.step = step  # a task with a curriculum changes its batches with the step
         b = task.batch(cfg.batch_size, g)
         _, loss = model(b.x, b.y)
         opt.zero_grad(set_to_none=True)
