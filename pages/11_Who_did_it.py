@@ -1,0 +1,19 @@
+"""Who did it: which layers, heads and MLPs made the prediction (logit lens, attribution, patching)."""
+import streamlit as st
+
+from gptviz.ui import page_setup
+from gptviz.ui.sections import who
+
+ctx = page_setup("Who did it", ":material/insights:")
+st.title("Who did it?")
+st.caption("Three ways to find the parts of the model behind a prediction: read every layer as if it were the "
+           "last, split one logit into what each part wrote, and swap activations between two prompts.")
+
+st.header("1 · The logit lens: when does the answer appear?")
+who.logit_lens(ctx, key="lens")
+
+st.header("2 · Direct logit attribution: who wrote the logit?")
+who.direct_logit_attribution(ctx, key="dla")
+
+st.header("3 · Compare two prompts: activation patching")
+who.compare_prompts(ctx, key="cmp")
