@@ -1,0 +1,56 @@
+"""The MLP & residual stream page's sections: the MLP's steps for one layer, and how the residual stream
+grows through the network."""
+from __future__ import annotations
+
+from typing import Optional
+
+import streamlit as st
+
+from ... import figures, views
+from ..widgets import explain, plot, step_heatmap
+from . import section
+
+
+def mlp_steps(cfg, layer: int) -> list[tuple[str, str]]:
+    """(title, hook name) for every step of one layer's MLP, in order (empty for an attention-only model)."""
+    if cfg.attn_only:
+        return []
+    blk = f"blocks.{layer}."
+    steps = ([("1 · The norm", blk + "ln2.hook_out")] if cfg.norm_placement == "pre" else
+             [("1 · The input (post-norm: the MLP reads the normalised stream)", blk + "hook_resid_mid")])
+    return steps + [("2 · Widen: the fc layer", blk + "mlp.hook_pre"),
+                    ("3 · The activation", blk + "mlp.hook_post"),
+                    ("4 · Narrow again: the projection", blk + "hook_mlp_out"),
+                    ("5 · The residual add", blk + "hook_resid_post")]
+
+
+@section("mlp.steps")
+def steps(ctx, *, key: str = "mlp", step: Optional[int] = None) -> None:
+    """The chosen layer's MLP, step by step (or only step ``step``, counted from 0)."""
+    tr = ctx.trace()
+    all_steps = mlp_steps(ctx.cfg, ctx.layer)
+    if not all_steps:
+        st.info("This model is **attention only**: its blocks have no MLP, so each layer's output is the residual "
+                "stream after attention. The residual stream's growth is below.")
+        return
+    if step is not None:
+        all_steps = [all_steps[max(0, min(step, len(all_steps) - 1))]]
+    for title, name in all_steps:
+        st.subheader(title)
+        step_heatmap(ctx, name, key=key)
+        explain(tr.info(name))
+
+
+@section("mlp.residual_growth")
+def residual_growth(ctx, *, key: str = "norms") -> None:
+    """‖x‖ of every position at every point of the residual stream, and its mean."""
+    norms, stages = views.residual_norms(ctx.trace(), ctx.b, ctx.n_pos)
+    labels = ctx.labels()
+    m = views.Matrix(norms, stages, labels, "point in the stream", "position", "nonnegative",
+                     hover_rows=stages, hover_cols=views.token_hover(labels))
+    plot(ctx, figures.heatmap(m, "‖x‖ of each position at each point of the residual stream"), key=key)
+    plot(ctx, figures.line_chart({"mean over positions": norms.mean(axis=1).tolist()}, x=list(range(len(stages))),
+                                 title="Mean ‖x‖ through the network", x_title="point in the stream (0 = embeddings)",
+                                 y_title="‖x‖"), key=f"{key}.line")
+    st.markdown("Every attention and MLP block *adds* to the stream, so its size tends to grow layer by layer. "
+                "The norm before each block rescales what that block reads, not the stream itself.")
