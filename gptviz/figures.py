@@ -96,7 +96,8 @@ def _unique(labels: Sequence[str]) -> list[str]:
 
 
 def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_title: str = "",
-            height: Optional[int] = None) -> go.Figure:
+            height: Optional[int] = None, highlight_row: Optional[int] = None,
+            highlight_col: Optional[int] = None) -> go.Figure:
     """One step as a heatmap: rows are positions (tokens), columns whatever the step's last axis is.
 
     Each row and column is a category named by its hover label (e.g. "3: 'the'"), so tokens that repeat
@@ -124,7 +125,27 @@ def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_titl
     layout = _base_layout(title, height or _height(nr),
                           xaxis=_axis(m.col_title, type="category", **xt),
                           yaxis=_axis(m.row_title, reverse=True, type="category", **yt))
+    shapes = outline_shapes(nr, nc, highlight_row, highlight_col)
+    if shapes:
+        layout["shapes"] = shapes
     return _figure(data, layout)
+
+
+HIGHLIGHT = "#111111"
+
+
+def outline_shapes(n_rows: int, n_cols: int, row: Optional[int] = None, col: Optional[int] = None) -> list[dict]:
+    """Rectangles outlining one row and/or one column of a heatmap (a selected query and key)."""
+    out = []
+    line = dict(color=HIGHLIGHT, width=3)
+    if row is not None and 0 <= row < n_rows:
+        out.append(dict(type="rect", xref="x", yref="y", x0=-0.5, x1=n_cols - 0.5, y0=row - 0.5, y1=row + 0.5,
+                        line=line, fillcolor="rgba(0,0,0,0)", name="selected query"))
+    if col is not None and 0 <= col < n_cols:
+        out.append(dict(type="rect", xref="x", yref="y", x0=col - 0.5, x1=col + 0.5, y0=-0.5, y1=n_rows - 0.5,
+                        line=dict(color=HIGHLIGHT, width=3, dash="dot"), fillcolor="rgba(0,0,0,0)",
+                        name="selected key"))
+    return out
 
 
 def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[str], col_names: Sequence[str],
@@ -132,26 +153,27 @@ def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[st
                   height: Optional[int] = None) -> go.Figure:
     """A grid of equal-sized matrices in one heatmap (fast even for 12 × 12 heads), one-cell gaps between.
 
-    blocks[r][c]: (T, T). ``masked`` (T, T) is drawn grey in every tile.
+    blocks[r][c]: (T, T), or (T, S) for cross-attention (decoder rows × encoder columns). ``masked`` (of a
+    tile's shape) is drawn grey in every tile.
     """
     R, C = len(blocks), len(blocks[0])
-    T = np.asarray(blocks[0][0]).shape[0]
-    g = T + 1
-    big = np.full((R * g - 1, C * g - 1), np.nan)
+    T, S = np.asarray(blocks[0][0]).shape[:2]
+    g, gc = T + 1, S + 1
+    big = np.full((R * g - 1, C * gc - 1), np.nan)
     mask_big = np.zeros_like(big, dtype=bool)
     for r in range(R):
         for c in range(C):
             tile = np.asarray(blocks[r][c], dtype=float)
             if masked is not None:
-                mask_big[r * g:r * g + T, c * g:c * g + T] = masked
+                mask_big[r * g:r * g + T, c * gc:c * gc + S] = masked
                 tile = np.where(masked, np.nan, tile)
-            big[r * g:r * g + T, c * g:c * g + T] = tile
+            big[r * g:r * g + T, c * gc:c * gc + S] = tile
     data = [dict(type="heatmap", z=big, hovertemplate="value %{z:.3f}<extra></extra>", colorbar=dict(tickfont=TICK_FONT),
                  **color_args(kind, big))]
     if mask_big.any():
         data.append(_mask_trace(mask_big))
     layout = _base_layout(title, height or int(min(900, max(300, 60 + R * max(90, 8 * g)))),
-                          xaxis=_axis(tickmode="array", tickvals=[c * g + (T - 1) / 2 for c in range(C)],
+                          xaxis=_axis(tickmode="array", tickvals=[c * gc + (S - 1) / 2 for c in range(C)],
                                       ticktext=list(col_names), tickfont=TICK_FONT),
                           yaxis=_axis(reverse=True, tickmode="array", tickvals=[r * g + (T - 1) / 2 for r in range(R)],
                                       ticktext=list(row_names), tickfont=TICK_FONT))
@@ -174,9 +196,50 @@ def side_by_side(left: Matrix, right: Matrix, left_title: str, right_title: str,
             data.append(_mask_trace(m.masked, xaxis=f"x{sfx}", yaxis=f"y{sfx}"))
         layout[f"xaxis{sfx}"] = _axis("key", domain=[x0, x1], anchor=f"y{sfx}", **_ticks(m.cols))
         layout[f"yaxis{sfx}"] = _axis("query" if i == 1 else "", reverse=True, anchor=f"x{sfx}", **_ticks(m.rows))
-        layout["annotations"].append(dict(text=t, x=(x0 + x1) / 2, y=1.0, xref="paper", yref="paper", yanchor="bottom",
-                                          showarrow=False, font=dict(size=16)))
+        layout["annotations"].append(dict(text=wrap(t, 30), x=(x0 + x1) / 2, y=1.0, xref="paper", yref="paper",
+                                          yanchor="bottom", showarrow=False, font=dict(size=15)))
+    layout["margin"] = dict(l=10, r=10, t=80, b=10)  # room for two-line subplot titles
     return _figure(data, layout)
+
+
+def wrap(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters at spaces (``<br>`` between lines), so two
+    titles side by side never run into each other."""
+    lines, cur = [], ""
+    for word in text.split(" "):
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    lines.append(cur)
+    return "<br>".join(lines)
+
+
+def styled(fig: go.Figure, font_scale: float = 1.0, height_scale: float = 1.0) -> go.Figure:
+    """The same figure with every font (and optionally its height) scaled: presenter mode's larger chart
+    text. Works on this figure only; the module's defaults are never changed."""
+    if font_scale == 1.0 and height_scale == 1.0:
+        return fig
+    lay = fig.layout.to_plotly_json() if hasattr(fig.layout, "to_plotly_json") else dict(fig.layout)
+
+    def scale(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("font", "tickfont") and isinstance(v, dict) and "size" in v:
+                    v["size"] = round(v["size"] * font_scale)
+                scale(v)
+        elif isinstance(node, list):
+            for v in node:
+                scale(v)
+
+    lay.setdefault("font", {}).setdefault("size", FONT["size"])
+    scale(lay)
+    if height_scale != 1.0 and lay.get("height"):
+        lay["height"] = int(lay["height"] * height_scale)
+    data = [t.to_plotly_json() if hasattr(t, "to_plotly_json") else dict(t) for t in fig.data]
+    scale(data)
+    return _figure(data, lay)
 
 
 def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", x_title: str = "",
@@ -204,8 +267,10 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", x
 
 
 def line_chart(series: dict[str, Sequence[float]], x: Optional[Sequence[float]] = None, title: str = "",
-               x_title: str = "", y_title: str = "", hlines: Optional[dict[str, float]] = None) -> go.Figure:
-    """Lines (e.g. a loss curve), with optional labelled horizontal reference lines (e.g. ln V)."""
+               x_title: str = "", y_title: str = "", hlines: Optional[dict[str, float]] = None,
+               vline: Optional[float] = None, y2: Optional[dict[str, Sequence[float]]] = None) -> go.Figure:
+    """Lines (e.g. a loss curve), with optional labelled horizontal reference lines (e.g. ln V), a vertical
+    marker at ``vline`` (e.g. the step shown) and ``y2`` series on a second y axis (e.g. a score 0..1)."""
     data = []
     for name, ys in series.items():
         xs = list(x) if x is not None else list(range(len(ys)))
@@ -219,6 +284,16 @@ def line_chart(series: dict[str, Sequence[float]], x: Optional[Sequence[float]] 
                            line=dict(dash="dash", color="#777")))
         notes.append(dict(text=label, xref="paper", x=1, y=yv, yref="y", xanchor="right", yanchor="bottom",
                           showarrow=False, font=TICK_FONT))
+    if vline is not None:
+        shapes.append(dict(type="line", xref="x", x0=vline, x1=vline, yref="paper", y0=0, y1=1,
+                           line=dict(color="#111", width=2)))
+    for name, ys in (y2 or {}).items():
+        xs = list(x) if x is not None else list(range(len(ys)))
+        data.append(dict(type="scatter", x=xs, y=list(ys), mode="lines", name=name, yaxis="y2",
+                         line=dict(dash="dot", width=3)))
+    if y2:
+        layout["yaxis2"] = dict(overlaying="y", side="right", range=[0, 1], title=dict(text="score"), showgrid=False)
+        layout["legend"] = dict(font=TICK_FONT, orientation="h", y=-0.2)
     layout["shapes"], layout["annotations"] = shapes, notes
     return _figure(data, layout)
 
@@ -251,7 +326,7 @@ def architecture_dot(cfg: ModelConfig, B: int, T: int) -> str:
     norm = "LayerNorm" if cfg.norm == "layernorm" else "RMSNorm"
     pos = {"learned": f"wpe: learned [{cfg.block_size}×{C}]", "sinusoidal": f"sin/cos table [{cfg.block_size}×{C}]",
            "rope": "RoPE (inside attention)", "none": "no position signal"}[cfg.pos_encoding]
-    act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU"}[cfg.activation]
+    act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU", "tanh": "tanh"}[cfg.activation]
     lines = [
         "digraph G {", "rankdir=TB; node [shape=box, style=\"rounded,filled\", fillcolor=\"#eef3fb\", fontsize=14, fontname=Helvetica];",
         "edge [fontsize=12, fontname=Helvetica];",
@@ -270,8 +345,9 @@ def architecture_dot(cfg: ModelConfig, B: int, T: int) -> str:
     block = (f'block [label="× {L} block{"s" if L > 1 else ""}\\n'
              f'{attn_in}attention: {H} head{"s" if H > 1 else ""} × d_head={D}\\n'
              f'QKV [{B}×{T}×{3 * H * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual'
-             + ("" if pre else f" → {norm} ln_1") + "\\n"
-             f'{mlp_in}MLP: {C} → {M} ({act}) → {C} → + residual' + ("" if pre else f" → {norm} ln_2")
+             + ("" if pre else f" → {norm} ln_1")
+             + ("\\n(attention only: no MLP)" if cfg.attn_only else
+                "\\n" + f'{mlp_in}MLP: {C} → {M} ({act}) → {C} → + residual' + ("" if pre else f" → {norm} ln_2"))
              + '", fillcolor="#e8f5e9"];')
     lines += [block, f'{prev} -> block [label="[{B}×{T}×{C}]"];']
     if pre:
@@ -312,3 +388,24 @@ def token_grid(tokens: Sequence[Sequence[str]], ids: np.ndarray, mask: np.ndarra
                           yaxis=_axis("batch row b", reverse=True, tickmode="array", tickvals=ys, ticktext=[str(b) for b in ys],
                                       tickfont=TICK_FONT))
     return _figure(data, layout)
+
+
+def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Optional[np.ndarray] = None,
+              height: Optional[int] = None) -> go.Figure:
+    """Layer × head: each cell coloured by its best score (0..1) and labelled with that kind of head.
+
+    best, labels: (n_layer, n_head); ``hover`` (n_layer, n_head) strings with every score, for the tooltip.
+    """
+    best = np.asarray(best, dtype=float)
+    L, H = best.shape
+    text = [[f"{labels[l, h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
+    main = dict(type="heatmap", z=best, x=[f"H{h}" for h in range(H)], y=[f"L{l}" for l in range(L)], text=text,
+                texttemplate="%{text}", textfont=dict(size=14), colorbar=dict(title=dict(text="score"), tickfont=TICK_FONT),
+                colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
+                customdata=hover if hover is not None else text,
+                hovertemplate="layer %{y} · head %{x}<br>%{customdata}<extra></extra>")
+    layout = _base_layout(title, height or int(min(560, max(220, 70 * L + 120))),
+                          xaxis=_axis("head", type="category", side="top"),
+                          yaxis=_axis("layer", reverse=True, type="category"))
+    layout["margin"] = dict(l=10, r=10, t=90, b=10)
+    return _figure([main], layout)

@@ -4,6 +4,7 @@ No Streamlit and no Plotly here, so the slicing rules are tested on their own.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -37,6 +38,11 @@ def _dim_labels(n: int, prefix: str = "") -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
 
 
+def enc_labels(n: int) -> list[str]:
+    """Labels for encoder positions that have no tokens (a fixed random encoder output): "enc 0" … "enc n-1"."""
+    return [f"enc {i}" for i in range(n)]
+
+
 def step_matrix(
     value: np.ndarray,
     info: StepInfo,
@@ -47,12 +53,20 @@ def step_matrix(
     max_cols: int = MAX_COLS,
     masked: Optional[np.ndarray] = None,
     n_pos: Optional[int] = None,
+    key_tokens: Optional[Sequence[str]] = None,
+    key_mask: Optional[np.ndarray] = None,
 ) -> Matrix:
     """The 2-D view of one step for one batch row.
 
     ``head``: a head for per-head steps; None shows every head side by side (or, for score
     steps, head 0). ``tokens`` label the positions. ``masked`` (T, T) marks cells attention may not
     use. ``n_pos`` drops trailing padded positions. Wide steps are paged ``max_cols`` columns at a time.
+
+    Steps over an encoder-decoder model's encoder positions (axis ``enc_pos``: cross-attention's keys, values
+    and its T × S scores and weights, the encoder output) take the keys side from ``key_tokens`` (the source's
+    tokens, one per real source position; default "enc 0" … "enc S-1") and ``key_mask`` (S,) bool, True at
+    padded source positions, greyed in every row. Cross-attention has no causal triangle, so ``masked`` (the
+    decoder's own T × T mask) is not used for them.
     """
     axes = info.axes
     v = np.asarray(value)
@@ -65,6 +79,22 @@ def step_matrix(
     if axes[0] == "batch":
         v = v[batch]
         axes = axes[1:]
+    if axes[0] == "head" and axes[-1] == "enc_pos":  # (head, query_pos, enc_pos): T decoder rows × S source columns
+        v = v[head or 0]
+        T = v.shape[0] if n_pos is None else min(n_pos, v.shape[0])
+        S, keys = _keys_side(v.shape[1], key_tokens)
+        v = v[:T, :S].astype(float)
+        if key_mask is not None:
+            km = np.asarray(key_mask, dtype=bool)[:S]
+            mask = np.broadcast_to(np.pad(km, (0, S - len(km))), (T, S)).copy()
+        if kind == MASKED:
+            mask = np.isneginf(v) if mask is None else (mask | np.isneginf(v))
+        if mask is not None and not mask.any():
+            mask = None
+        if mask is not None:
+            v = np.where(mask, np.nan, v)
+        return Matrix(v, toks[:T], keys, "query (decoder)", "key (encoder)", kind, mask, "",
+                      token_hover(toks[:T]), token_hover(keys))
     if axes[0] == "head":  # (head, query_pos, key_pos)
         v = v[head or 0]
         T = v.shape[0] if n_pos is None else n_pos
@@ -76,13 +106,18 @@ def step_matrix(
             v = np.where(mask, np.nan, v)
         return Matrix(v, toks[:T], toks[:T], "query", "key", kind, mask, "",
                       token_hover(toks[:T]), token_hover(toks[:T]))
-    T = v.shape[0] if n_pos is None else min(n_pos, v.shape[0])
+    if axes[0] == "enc_pos":  # one row per source position
+        T, rows = _keys_side(v.shape[0], key_tokens)
+        row_title = "source position"
+    else:
+        T = v.shape[0] if n_pos is None else min(n_pos, v.shape[0])
+        rows = toks[:T]
+        row_title = "position"
     v = v[:T]
-    rows = toks[:T]
     if len(axes) == 1:  # (pos,)
         v = v[:, None].astype(float)
         cols = [info.title.split(" ", 1)[-1] if info.layer is not None else info.title]
-        return Matrix(v, rows, cols, "position", "", kind, None, "", token_hover(rows), cols)
+        return Matrix(v, rows, cols, row_title, "", kind, None, "", token_hover(rows), cols)
     if len(axes) == 3:  # (pos, head, d_head)
         nh, hs = v.shape[1], v.shape[2]
         if head is not None:
@@ -113,7 +148,15 @@ def step_matrix(
         note = f"columns {lo}–{hi - 1} of {v.shape[1]} (page {col_page + 1} of {pages})"
         v = v[:, lo:hi]
         cols = cols[lo:hi]
-    return Matrix(v, rows, cols, "position", col_title, kind, None, note, token_hover(rows), None)
+    return Matrix(v, rows, cols, row_title, col_title, kind, None, note, token_hover(rows), None)
+
+
+def _keys_side(S: int, key_tokens: Optional[Sequence[str]]) -> tuple[int, list[str]]:
+    """How many source positions to show and their labels: the source's tokens if given, else "enc s"."""
+    if key_tokens is None:
+        return S, enc_labels(S)
+    keys = list(key_tokens)[:S]
+    return len(keys), keys
 
 
 def page_count(n_cols: int, max_cols: int = MAX_COLS) -> int:
@@ -150,12 +193,25 @@ def top_predictions(probs: np.ndarray, k: int, id_labels: Sequence[str]) -> list
     return [[(id_labels[i], float(probs[t, i])) for i in order[t]] for t in range(probs.shape[0])]
 
 
-def masked_cells(trace, batch: int) -> Optional[np.ndarray]:
-    """(T, T) bool: the cells attention may not use in this batch row (future keys and padding)."""
-    for name in trace:
-        if name.endswith("attn.hook_attn_scores"):
-            return np.isneginf(np.asarray(trace[name])[batch, 0])
+def masked_cells(trace, batch: int, name: Optional[str] = None) -> Optional[np.ndarray]:
+    """(T, S) bool: the cells one attention may not use in this batch row, from its masked scores.
+
+    ``name``: any step of that attention (e.g. ``blocks.0.cross_attn.hook_pattern``); its sibling
+    ``hook_attn_scores`` is read. By default, the decoder's self-attention (T, T: future keys and padding);
+    for cross-attention (T, S) only padded source positions are masked. None if the trace has no such step.
+    """
+    if name is not None:
+        scores = name.rsplit(".", 1)[0] + ".hook_attn_scores" if "." in name else None
+        if scores is None or scores not in trace:
+            return None
+        return np.isneginf(np.asarray(trace[scores])[batch, 0])
+    for n in trace:
+        if _SELF_SCORES.match(n):
+            return np.isneginf(np.asarray(trace[n])[batch, 0])
     return None
+
+
+_SELF_SCORES = re.compile(r"^blocks\.\d+\.attn\.hook_attn_scores$")
 
 
 def averaging_matrix(T: int) -> np.ndarray:

@@ -2,12 +2,10 @@
 import pandas as pd
 import streamlit as st
 
-from gptviz.loss import uniform_loss
-
 from gptviz import figures
-from gptviz.ui import page_links, page_setup, step_heatmap
+from gptviz.ui import loss_metrics, page_links, page_setup, step_heatmap
 
-ctx = page_setup("Home", "🏠")
+ctx = page_setup("Home", ":material/home:")
 tr = ctx.trace()
 cfg = ctx.cfg
 
@@ -19,17 +17,7 @@ with left:
         "page by page. **Every tensor is a heatmap** with its formula, its line of PyTorch and a sentence on "
         "what it means. Change anything and everything after it is computed again."
     )
-    loss = tr.loss
-    import math
-
-    uniform = uniform_loss(cfg.vocab_size)
-    c1, c2 = st.columns(2)
-    c1.metric("Loss on your text", "—" if loss is None or math.isnan(loss) else f"{loss:.3f}",
-              help="Cross-entropy of the model's next-token guesses on the text in the sidebar.")
-    c2.metric("Uniform guess ln V", f"{uniform:.3f}", help=f"The loss of guessing all {cfg.vocab_size} tokens equally.")
-    if loss is not None and not math.isnan(loss):
-        st.caption("An untrained model scores close to ln V: it knows nothing yet."
-                   if abs(loss - uniform) < 0.5 else "")
+    loss_metrics(ctx)
     st.metric("Parameters", f"{ctx.model.num_params():,}")
 with right:
     step_heatmap(ctx, f"blocks.{ctx.layer}.attn.hook_pattern", head=ctx.head if ctx.head is not None else 0,

@@ -1,11 +1,13 @@
 """Which model the pages show: the configurable one, a shipped checkpoint, an upload, or GPT-2 itself."""
 import streamlit as st
 
+from gptviz import edits as edit_specs
+
 from gptviz.checkpoint import checkpoint_bytes, load_checkpoint
 from gptviz.ui import page_setup, resources, step_heatmap
 from gptviz.ui.page import CKPT_PREFIX
 
-ctx = page_setup("Model & weights", "📦")
+ctx = page_setup("Model & weights", ":material/inventory_2:")
 s = ctx.s
 st.title("Model & weights")
 label = ctx.entry.label if ctx.entry is not None else f"the configurable model (preset: {s['preset']}, seed {ctx.cfg.seed})"
@@ -16,7 +18,7 @@ step_heatmap(ctx, f"blocks.{ctx.layer}.attn.hook_pattern", head=ctx.head or 0, k
 
 def use(key: str, text: str = "") -> None:
     s["model_key"] = key
-    s["edits"], s["id_edits"] = {"set": [], "heads_off": []}, {}
+    s["edits"], s["id_edits"] = edit_specs.empty(), {}
     if text:
         s["text"] = text
     st.rerun()

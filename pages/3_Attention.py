@@ -1,73 +1,71 @@
-"""Attention, step by step, for one layer and one head (or all heads)."""
-import numpy as np
+"""Attention, step by step, for one layer and one head (or all heads). An encoder-decoder model also has
+cross-attention: each decoder position looks at the encoder's positions."""
 import streamlit as st
 
-from gptviz import figures, views
-from gptviz.ui import clear_edits_button, explain, head_step, heads_off_toggle, masked, page_setup, step_heatmap
+from gptviz.ui import page_setup, state
+from gptviz.ui.nav import link
+from gptviz.ui.sections import attention as sec
 
-ctx = page_setup("Attention", "👀")
-cfg, tr, L, H = ctx.cfg, ctx.trace(), ctx.layer, ctx.head
-a, blk = f"blocks.{L}.attn.", f"blocks.{L}."
-pre = cfg.norm_placement == "pre"
-st.title(f"Attention · layer {L} · " + ("all heads" if H is None else f"head {H}"))
-st.caption("Choose the layer and head in the sidebar. Grey cells are masked: attention may not look there.")
+ctx = page_setup("Attention", ":material/visibility:")
+s = ctx.s
+seq2seq = ctx.cfg.n_enc_layer >= 0
+src = state.use_source(ctx)  # the encoder's input, for a model with an encoder (None otherwise)
+st.title(f"Attention · layer {ctx.layer} · " + ("all heads" if ctx.head is None else f"head {ctx.head}"))
+st.caption("Choose the layer and head in the sidebar" + ("" if seq2seq else ", or click a head in the grid") +
+           ". Grey cells are masked: attention may not look there.")
 
-head_step(ctx, a + "hook_pattern", key="top")
-explain(tr.info(a + "hook_pattern"), code=False)
-
-steps = []
-if pre:
-    steps.append(("1 · The norm", blk + "ln1.hook_out"))
-else:
-    steps.append(("1 · The norm (post-norm: attention reads the raw residual stream)", blk + "hook_resid_pre"))
-steps += [("2 · One projection makes Q, K and V", a + "hook_qkv"),
-          ("3 · Split into heads: Q", a + "hook_q"), ("3 · Split into heads: K", a + "hook_k"),
-          ("3 · Split into heads: V", a + "hook_v")]
-if cfg.pos_encoding == "rope":
-    steps += [("3b · Rotate Q by position (RoPE)", a + "hook_rot_q"), ("3b · Rotate K by position (RoPE)", a + "hook_rot_k")]
-steps += [("4 · Scores: Q Kᵀ", a + "hook_scores_raw"), ("5 · Scale by 1/√d_head", a + "hook_scores_scaled"),
-          ("6 · The causal and padding mask", a + "hook_attn_scores"), ("7 · Softmax: the attention weights", a + "hook_pattern"),
-          ("8 · Weighted values: Z = A V", a + "hook_z")]
-for title, name in steps:
-    st.subheader(title)
-    if name.endswith("hook_qkv") or name.startswith(blk + "ln1") or name.endswith("hook_resid_pre"):
-        step_heatmap(ctx, name, key="s")
+kind = "self"
+if seq2seq:
+    if ctx.cfg.n_enc_layer > 0:
+        wkey = "att.source"
+        if st.session_state.get(wkey) != s.get(state.SOURCE):
+            st.session_state[wkey] = s.get(state.SOURCE, "")
+        reverse = state.model_task(ctx) == "reverse"
+        st.text_area("Source: what the encoder reads (each line is one row of the batch)", key=wkey, height=68,
+                     on_change=state.set_source, args=(s, wkey, ctx),
+                     help="The decoder's text is in the sidebar" + (
+                         ": for the reverser it follows from the source, `^` then the letters backwards so far "
+                         "(teacher forcing)." if reverse else "."))
+        for note in state.source_notes(ctx):
+            st.info(note, icon="✂️")
     else:
-        head_step(ctx, name, key="s")
-    explain(tr.info(name))
+        st.caption(f"This model has no encoder: cross-attention reads a fixed random tensor of {ctx.cfg.enc_len} "
+                   f"positions × {ctx.cfg.n_embd} (seed {ctx.cfg.seed}), as in the teaching material. Its columns are "
+                   f"encoder positions enc 0 … enc {ctx.cfg.enc_len - 1}.")
+    kind = sec.attention_kind(ctx, key="att.kind")
+    st.caption("**Self-attention**: each decoder position looks at itself and earlier decoder positions (T × T). "
+               "**Cross-attention**: each decoder position looks at every encoder position (T × S): keys and values "
+               "come from the encoder output, no causal mask, only the source's padding is grey.")
 
-st.subheader("9 · The heads side by side (concatenated)")
-step_heatmap(ctx, a + "hook_z", head=None, key="concat", title=f"concat(Z₀ … Z{cfg.n_head - 1}) · (T × n_head·d_head)")
-st.markdown("Each head's weighted values are laid next to each other: one row of width n_head × d_head per position.")
-st.code("y = y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, nh*hs)", language="python")
+left, right = st.columns([3, 2])
+with left:
+    sec.pattern(ctx, key="top", kind=kind)
+with right:
+    if seq2seq:
+        st.markdown("**Where each decoder position looks most** (head " + str(ctx.head or 0) + ")")
+        sec.where_it_looks(ctx, key="where", kind=kind)
+    else:
+        sec.head_detector(ctx, key="det")
 
-st.subheader("10 · The output projection")
-step_heatmap(ctx, blk + "hook_attn_out", key="s")
-explain(tr.info(blk + "hook_attn_out"))
+st.header("Step by step" + (f": {sec.KINDS[kind].lower()}" if seq2seq else ""))
+sec.steps(ctx, key="s", kind=kind)
 
-st.subheader("11 · The residual add")
-step_heatmap(ctx, blk + "hook_resid_mid", key="s")
-explain(tr.info(blk + "hook_resid_mid"))
+link("pages/11_Who_did_it.py", "Which heads made the prediction? Logit lens, attribution and patching",
+     ":material/insights:")
 
-st.subheader("Switch heads off")
-st.markdown("A head that is off gets all-zero attention weights, so it adds nothing; every step after it is recomputed.")
-heads_off_toggle(ctx, L, key="att")
-clear_edits_button(ctx, key="att")
+st.header("Switch heads off")
+if kind == "cross":
+    st.caption("Switching heads off works on self-attention's heads: choose *Self-attention* above.")
+else:
+    sec.heads_off(ctx, key="att")
 
-st.subheader("Why attention? Against a plain average")
-pat = np.asarray(tr[a + "hook_pattern"])[ctx.b, H or 0, : ctx.n_pos, : ctx.n_pos]
-mk = masked(ctx)[: ctx.n_pos, : ctx.n_pos]
-labels = ctx.labels()
-avg = views.averaging_matrix(ctx.n_pos)
-left = views.Matrix(np.where(mk, np.nan, avg), labels, labels, "query", "key", "probability", mk)
-right = views.Matrix(np.where(mk, np.nan, pat), labels, labels, "query", "key", "probability", mk)
-st.plotly_chart(figures.side_by_side(left, right, "Plain average: row t gives 1/(t+1) to each earlier token",
-                                     f"Learned weights, layer {L} head {H or 0}"), width="stretch", key="avg")
-st.markdown("The simplest way to let a token use what came before is to average everything before it. "
-            "Attention learns *which* earlier tokens deserve the weight, separately in every head.")
-
-st.subheader("Every layer × every head")
-tiles = [[np.asarray(tr[f"blocks.{l}.attn.hook_pattern"])[ctx.b, h, : ctx.n_pos, : ctx.n_pos] for h in range(cfg.n_head)]
-         for l in range(cfg.n_layer)]
-st.plotly_chart(figures.tiled_heatmap(tiles, [f"L{l}" for l in range(cfg.n_layer)], [f"H{h}" for h in range(cfg.n_head)],
-                                      title="Attention weights of every head", masked=mk), width="stretch", key="overview")
+st.header("More views")
+views = ["Every layer × every head"] + ([] if kind == "cross" else ["Against a plain average"])
+view = st.segmented_control("View", views, default="Every layer × every head", key="att.more" if kind == "self" else "att.more.cross",
+                            label_visibility="collapsed")
+if view == "Against a plain average":
+    st.subheader("Why attention? Against a plain average")
+    sec.average_vs_learned(ctx, key="avg")
+else:
+    st.subheader("Every layer × every head")
+    sec.all_heads(ctx, key="overview", kind=kind)

@@ -2,10 +2,11 @@
 import numpy as np
 import streamlit as st
 
+from gptviz import edits as edit_specs
 from gptviz import figures, views
 from gptviz.ui import head_step, page_setup, step_heatmap
 
-ctx = page_setup("Backward pass", "↩️")
+ctx = page_setup("Backward pass", ":material/undo:")
 tr = ctx.trace(grads=True)
 st.title("Backward pass")
 st.markdown("The loss is a single number. Backpropagation works out, for every number in every step, how much "
@@ -29,7 +30,10 @@ with right:
         head_step(ctx, choice, key="bw.g", grad=True)
     else:
         step_heatmap(ctx, choice, key="bw.g", grad=True)
-st.info(views.gradient_reading(info, tr.grad(choice), ctx.labels(), ctx.b, ctx.head))
+# A switched-off head: its pattern is held at 0 but still has a gradient; what made it gets exactly none.
+off_note = None if ctx.edit_notice else edit_specs.switched_off_reading(
+    tr, choice, ctx.s.get("edits"), ctx.head if per_head else None)
+st.info(off_note or views.gradient_reading(info, tr.grad(choice), ctx.labels(), ctx.b, ctx.head))
 st.latex(r"\frac{\partial \mathcal{L}}{\partial x} \quad\text{for } x = " + info.formula.split("=")[0])
 st.code("loss.backward()  # every x.grad now holds ∂loss/∂x", language="python")
 

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {
-    "home": "app.py",
+    "home": "pages/0_Home.py",
     "tokens": "pages/1_Tokens_and_batch.py",
     "embeddings": "pages/2_Embeddings.py",
     "attention": "pages/3_Attention.py",
@@ -22,8 +22,13 @@ PAGES = {
 TIMEOUT = 120  # torch's first import alone can take seconds
 
 
-def page(name: str, **query) -> AppTest:
-    """A fresh session on one page, opened directly (no state from any other page)."""
+def page(name: str, opening: bool = False, **query) -> AppTest:
+    """A fresh session on one page, opened directly (no state from any other page).
+
+    Unless ``opening``, the link names the small untrained "default" preset (most tests are about the
+    configurable model); ``opening=True`` opens the page as a bare address does, on the app's opening model."""
+    if not opening:
+        query.setdefault("preset", "default")
     at = AppTest.from_file(str(ROOT / PAGES[name]), default_timeout=TIMEOUT)
     for k, v in query.items():
         at.query_params[k] = str(v)

@@ -2,17 +2,19 @@
 from ..perf import tune_allocator
 
 tune_allocator()  # a server keeps traces alive: let the allocator reuse memory (see gptviz.perf)
-from .page import PAGES, Ctx, page_links, page_setup
+from .nav import navigation
+from .page import PAGES, Ctx, page_links, page_setup, show_notices
 from .widgets import (
     clear_edits_button,
     downloads,
     explain,
     head_step,
     heads_off_toggle,
+    loss_metrics,
     masked,
     step_heatmap,
     vector_editor,
 )
 
-__all__ = ["PAGES", "Ctx", "page_links", "page_setup", "clear_edits_button", "downloads", "explain",
-           "head_step", "heads_off_toggle", "masked", "step_heatmap", "vector_editor"]
+__all__ = ["navigation", "PAGES", "Ctx", "page_links", "page_setup", "show_notices", "clear_edits_button", "downloads", "explain",
+           "head_step", "heads_off_toggle", "loss_metrics", "masked", "step_heatmap", "vector_editor"]

@@ -5,18 +5,15 @@ settings becomes a message here, and the page carries on with the last settings 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional
-
 import streamlit as st
 
 from .. import edits as edit_specs
-from ..config import PRESET_DESCRIPTIONS, PRESETS, ModelConfig
-from ..data import DEFAULT_PROMPT, Batch, encode_batch
-from ..model import GPT
+from ..config import ACTIVATIONS, PRESET_DESCRIPTIONS, PRESETS
+from ..session import BIG_MODEL_PARAMS, BIG_MODEL_T, CKPT_PREFIX, Ctx, Notice, resolve  # noqa: F401
 from ..tokenizers import TOKENIZER_NAMES
-from ..trace import Trace
 from . import resources, state
+from .nav import PAGES, page_links  # noqa: F401 - re-exported
+from .widgets import selection_note
 
 CSS = """
 <style>
@@ -30,88 +27,6 @@ TOKENIZER_LABELS = {
     "cl100k_base": "cl100k_base (GPT-4)",
     "o200k_base": "o200k_base (GPT-4o)",
 }
-
-CKPT_PREFIX = "checkpoint: "
-
-PAGES = [
-    ("app.py", "Home", "🏠"),
-    ("pages/1_Tokens_and_batch.py", "Tokens & batch", "🔤"),
-    ("pages/2_Embeddings.py", "Embeddings", "🧭"),
-    ("pages/3_Attention.py", "Attention", "👀"),
-    ("pages/4_MLP_and_residual.py", "MLP & residual stream", "🧮"),
-    ("pages/5_Logits_and_loss.py", "Logits & loss", "🎯"),
-    ("pages/6_Step_through.py", "Step-through", "⏯️"),
-    ("pages/7_Backward.py", "Backward pass", "↩️"),
-    ("pages/8_Training.py", "Training", "🏋️"),
-    ("pages/9_Generation.py", "Generation", "✍️"),
-    ("pages/10_Model_and_weights.py", "Model & weights", "📦"),
-]
-
-
-@dataclass
-class Ctx:
-    """Everything a page needs, worked out once per rerun."""
-
-    s: dict[str, Any]
-    cfg: ModelConfig
-    cfg_json: str
-    tok: Any
-    batch: Batch
-    model_key: Optional[str] = None
-    entry: Any = None  # the loaded model's registry entry, if a loaded model is shown
-    edit_notice: str = ""
-    _traces: dict = field(default_factory=dict)
-
-    @property
-    def model(self) -> GPT:
-        return resources.get_model(self.cfg_json, self.model_key)
-
-    @property
-    def b(self) -> int:
-        return min(self.s["batch"], self.batch.x.shape[0] - 1)
-
-    @property
-    def n_pos(self) -> int:
-        return self.batch.lengths[self.b]
-
-    @property
-    def layer(self) -> int:
-        return min(self.s["layer"], self.cfg.n_layer - 1)
-
-    @property
-    def head(self) -> Optional[int]:
-        h = self.s["head"]
-        return None if h is None or h < 0 else min(h, self.cfg.n_head - 1)
-
-    def labels(self, b: Optional[int] = None) -> list[str]:
-        b = self.b if b is None else b
-        return [self.tok.token_str(int(i)) for i in self.batch.x[b, : self.batch.lengths[b]]]
-
-    def id_label(self, i: int) -> str:
-        return self.tok.token_str(int(i))
-
-    def vocab_labels(self) -> list[str]:
-        return resources.vocab_labels(self.tok)
-
-    def trace(self, grads: bool = False) -> Trace:
-        """The (cached) trace of this batch, with the session's edits."""
-        if not grads and True in self._traces:
-            return self._traces[True]  # a trace with gradients holds every forward value too: don't trace twice
-        if grads not in self._traces:
-            b = self.batch
-            args = (self.cfg_json, self.model_key, _tup(b.x), _tup(b.y), _tup(b.attention_mask))
-            spec = self.s.get("edits") or edit_specs.EMPTY
-            try:
-                self._traces[grads] = resources.traced(*args, edit_specs.spec_key(spec), grads)
-            except ValueError as exc:
-                self.edit_notice = f"Your edits could not be applied ({exc}), so this shows the model without them."
-                self._traces[grads] = resources.traced(*args, edit_specs.spec_key(None), grads)
-        return self._traces[grads]
-
-
-def _tup(t) -> tuple:
-    return tuple(map(tuple, t.tolist()))
-
 
 # --------------------------------------------------------------------------- sidebar widgets
 def _sync(field: str, s: dict) -> None:
@@ -139,7 +54,42 @@ def _unload(s: dict) -> None:
     s["model_key"] = None
     if str(s.get("preset", "")).startswith(CKPT_PREFIX):
         s["preset"] = "default"
-    s["edits"], s["id_edits"] = {"set": [], "heads_off": []}, {}
+    s["edits"], s["id_edits"] = edit_specs.empty(), {}
+    s["untrained"] = False
+
+
+# What a user gets, by preset value. Values stay as they were, so links from before still open.
+SHIPPED_LABELS = {
+    "shakespeare": "Shakespeare GPT (trained)",
+    "induction-heads": "Induction heads (2-layer attention-only, trained)",
+    "reverse": "Reverser (encoder-decoder, trained)",
+    "sort": "Sorter (trained on a toy task)",
+    "induction": "Letter copier (trained on a toy task)",
+    "text": "Paragraph memoriser (trained on the built-in text)",
+}
+PRESET_LABELS = {
+    "default": "Tiny GPT, untrained (2 layers, 16 wide)",
+    "explainer": "Explainer: 1 layer, n_embd 4 (untrained)",
+    "gpt2-small": "GPT-2 small's shape (124M, random weights)",
+    "llama-like": "LLaMA-like, untrained (RMSNorm, rotary)",
+    "original-transformer": "2017 Transformer decoder, untrained (post-norm)",
+    "decoder-cross-attention": "The material's decoder with cross-attention (untrained)",
+    "custom": "Custom shape (set below)",
+}
+
+
+def preset_options() -> list[str]:
+    shipped = resources.shipped_names()
+    first = [n for n in SHIPPED_LABELS if n in shipped] + [n for n in shipped if n not in SHIPPED_LABELS]
+    shapes = list(PRESETS)
+    return [CKPT_PREFIX + n for n in first] + shapes + ["custom"]
+
+
+def preset_label(value: str) -> str:
+    if value.startswith(CKPT_PREFIX):
+        name = value[len(CKPT_PREFIX):]
+        return SHIPPED_LABELS.get(name, f"Shipped: {name}")
+    return PRESET_LABELS.get(value, value)
 
 
 def _on_preset(s: dict) -> None:
@@ -168,11 +118,12 @@ def sidebar(s: dict) -> None:
                 "the configurable model.")
         sb.button("Back to the configurable model", on_click=_unload, args=(s,), width="stretch")
     pkey = state.WIDGET + "preset"
-    options = list(PRESETS) + [CKPT_PREFIX + n for n in resources.shipped_names()] + ["custom"]
+    options = preset_options()
     if st.session_state.get(pkey) != s["preset"]:
         st.session_state[pkey] = s["preset"] if s["preset"] in options else "custom"
-    sb.selectbox("Preset", options, key=pkey, on_change=_on_preset, args=(s,),
-                 help="\n".join(f"- **{k}**: {v}" for k, v in PRESET_DESCRIPTIONS.items()))
+    sb.selectbox("Model", options, key=pkey, on_change=_on_preset, args=(s,), format_func=preset_label,
+                 help="Trained models first (they learned something), then shapes with fresh random weights.\n\n"
+                      + "\n".join(f"- **{preset_label(k)}**: {v}" for k, v in PRESET_DESCRIPTIONS.items()))
     with sb.expander("Shape", expanded=False):
         c = st.container()
         _w("number_input", "n_layer", "n_layer (layers)", s, c, min_value=1, max_value=48, step=1)
@@ -187,7 +138,8 @@ def sidebar(s: dict) -> None:
         _w("selectbox", "norm_placement", "Norm placement", s, c, options=["pre", "post"],
            format_func={"pre": "pre (GPT-2)", "post": "post (2017 Transformer)"}.get)
         _w("selectbox", "pos_encoding", "Positions", s, c, options=["learned", "sinusoidal", "rope", "none"])
-        _w("selectbox", "activation", "Activation", s, c, options=["gelu", "gelu_tanh", "relu"])
+        _w("selectbox", "activation", "Activation", s, c, options=list(ACTIVATIONS))
+        _w("checkbox", "attn_only", "Attention only (no MLP)", s, c)
         _w("checkbox", "bias", "Biases (linear layers and norm shift)", s, c)
         _w("selectbox", "qkv_bias", "Q/K/V bias", s, c, options=["same as bias", True, False])
         _w("checkbox", "tie_weights", "Tie output head to token embedding", s, c)
@@ -216,107 +168,34 @@ def _view_selectors(ctx: Ctx) -> None:
 
 
 # --------------------------------------------------------------------------- page set-up
-def page_setup(title: str, icon: str = "🔎") -> Ctx:
+_SHOW = {"error": st.error, "warning": st.warning, "info": st.info}
+
+
+def show_notices(notes: list[Notice]) -> None:
+    for n in notes:
+        if n.level == "caption":
+            st.caption(n.text)
+        else:
+            _SHOW[n.level](n.text, icon=n.icon)
+
+
+def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
     st.set_page_config(page_title=f"{title} · gptviz", page_icon=icon, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()
     if s.pop("_url_problems", None):
         st.warning("Some settings in the link were not understood and were left at their defaults.")
+    ctx, notes = resolve(s, resources)
     sidebar(s)
-    ctx = _build(s)
+    show_notices(notes)
+    if ctx.entry is not None:
+        _w("toggle", "untrained", "Untrained weights (same shape)", s,
+           help="Show this model's shape freshly initialised: trained against untrained is a lesson in itself.")
     _view_selectors(ctx)
+    selection_note(ctx)
     st.sidebar.caption(f"vocab_size = {ctx.cfg.vocab_size:,}, set by the tokenizer · "
                        f"{ctx.cfg.num_params():,} parameters")
     st.sidebar.button("Reset to defaults", on_click=state.reset, width="stretch",
                       help="Forget every setting and edit of this session and start again from the default model.")
     state.write_url(s)
     return ctx
-
-
-BIG_MODEL_PARAMS = resources.BIG_MODEL_PARAMS
-BIG_MODEL_T = 64
-
-
-def _build(s: dict) -> Ctx:
-    # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until reset
-    entry = None
-    if str(s.get("preset", "")).startswith(CKPT_PREFIX) and not s.get("model_key"):
-        name = s["preset"][len(CKPT_PREFIX):]
-        try:
-            s["model_key"] = resources.shipped_checkpoint(name)
-            entry = resources.registered(s["model_key"])
-            if entry and entry.meta.get("example") and s.get("text") in (None, "", DEFAULT_PROMPT):
-                s["text"] = entry.meta["example"]
-                st.rerun()  # so the sidebar shows the example too
-        except (ValueError, OSError) as exc:
-            st.error(f"The shipped checkpoint {name!r} could not be loaded: {exc}")
-            s["preset"] = "default"
-    model_key = s.get("model_key")
-    entry = resources.registered(model_key)
-    if model_key and entry is None:
-        st.warning("The loaded model is no longer in memory (the server was restarted or it was replaced); "
-                   "showing the configurable model again.")
-        s["model_key"] = model_key = None
-    # 1. tokenizer: the loaded model's own, else the chosen one (the built-in one if it cannot load offline)
-    tok = entry.tokenizer if entry is not None and entry.tokenizer is not None else None
-    if tok is None:
-        tok, err = resources.tokenizer_for(s["tokenizer"], int(s["merges"]), bool(s["lowercase"]))
-        if tok is None:
-            st.warning(f"{err} Showing the built-in char BPE tokenizer instead.", icon="📴")
-            tok, _ = resources.tokenizer_for("char-bpe", int(s["merges"]), bool(s["lowercase"]))
-    # 2. config: on a bad setting, say which and keep the last one that worked
-    if entry is not None:
-        cfg = entry.model.config
-        if tok.vocab_size > cfg.vocab_size:
-            st.error(f"The tokenizer has {tok.vocab_size:,} tokens but the loaded model only {cfg.vocab_size:,}: "
-                     "choose a tokenizer that fits it.")
-            tok, _ = resources.tokenizer_for("char-bpe", 0, True)
-    else:
-        try:
-            cfg = state.config_from_settings(s, tok.vocab_size)
-            cfg.check_limits(batch=1)
-            s["_last_good"] = cfg.to_dict()
-        except ValueError as exc:
-            st.error(f"**This model setting can't be used:** {exc}. Still showing the last model that worked.", icon="⚠️")
-            last = s.get("_last_good")
-            cfg = ModelConfig.from_dict(last) if last else PRESETS["default"]
-            if cfg.vocab_size != tok.vocab_size:
-                cfg = cfg.replace(vocab_size=tok.vocab_size)
-    # 3. batch: a big model reads fewer tokens, so that every page stays quick
-    T = cfg.block_size
-    if cfg.num_params() > BIG_MODEL_PARAMS and T > BIG_MODEL_T:
-        T = BIG_MODEL_T
-        st.caption(f"This model has {cfg.num_params() / 1e6:.0f}M parameters: each line is cut to {T} tokens "
-                   "to keep the pages responsive.")
-    try:
-        batch = encode_batch(tok, s["text"], T)
-    except ValueError as exc:
-        st.warning(f"{str(exc)[0].upper() + str(exc)[1:]}. Showing the example sentence instead.", icon="✏️")
-        try:
-            batch = encode_batch(tok, DEFAULT_PROMPT, T)
-        except ValueError:
-            batch = encode_batch(tok, tok.decode([0, 0]), T)
-    if s.get("id_edits"):
-        x, y, notes = edit_specs.apply_id_edits(batch.x, batch.y, batch.lengths, s["id_edits"], cfg.vocab_size)
-        batch = Batch(x, y, batch.attention_mask, batch.lengths, batch.notices + notes)
-    for n in batch.notices:
-        st.info(n, icon="✂️" if "cut" in n else "ℹ️")
-    try:
-        cfg.check_limits(batch=batch.x.shape[0], seq_len=batch.x.shape[1])
-    except ValueError as exc:
-        st.error(str(exc))
-        st.sidebar.button("Reset to defaults", on_click=state.reset, width="stretch", key="reset.stopped")
-        st.stop()
-    ctx = Ctx(s, cfg, state.config_json(cfg), tok, batch, model_key)
-    ctx.entry = entry
-    return ctx
-
-
-def page_links() -> None:
-    """A link to every page. (Run as a lone script, as in a test, the links are plain text.)"""
-    cols = st.columns(4)
-    for i, (path, label, icon) in enumerate(PAGES):
-        try:
-            cols[i % 4].page_link(path, label=label, icon=icon)
-        except Exception:  # noqa: BLE001 - StreamlitPageNotFoundError outside the multipage app
-            cols[i % 4].markdown(f"{icon} {label}")

@@ -11,6 +11,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,7 @@ import torch
 from .. import edits as edit_specs
 from ..config import ModelConfig
 from ..model import GPT
+from ..seq2seq import build_model
 from ..tokenizers import TokenizerUnavailable, get_tokenizer
 from ..trace import Trace, trace
 
@@ -95,14 +97,27 @@ def shipped_checkpoint(name: str) -> str:
     return register_model(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", ck.meta, key=f"ckpt-{name}")
 
 
-def shipped_names() -> list[str]:
-    return sorted(p.stem for p in CHECKPOINTS.glob("*.safetensors"))
+def shipped_names(decoder_only: bool = False) -> list[str]:
+    """The checkpoints in checkpoints/ (not the *.snapshots files). ``decoder_only``: leave out
+    encoder-decoder models (``config.n_enc_layer >= 0``)."""
+    names = sorted(p.stem for p in CHECKPOINTS.glob("*.safetensors") if "." not in p.stem)
+    return [n for n in names if not decoder_only or _shipped_config(n).get("n_enc_layer", -1) < 0]
+
+
+@lru_cache(maxsize=64)
+def _shipped_config(name: str) -> dict:
+    """The config in a shipped checkpoint's header, read without loading its weights."""
+    from safetensors import safe_open
+
+    with safe_open(str(CHECKPOINTS / f"{name}.safetensors"), framework="pt") as f:
+        return json.loads((f.metadata() or {}).get("config", "{}"))
 
 
 @st.cache_resource(max_entries=12, show_spinner=False)
 def model_for(cfg_json: str) -> GPT:
-    """The seeded model for a config (JSON of ``ModelConfig.to_dict()``)."""
-    return GPT(ModelConfig.from_dict(json.loads(cfg_json)))
+    """The seeded model for a config (JSON of ``ModelConfig.to_dict()``): a ``GPT``, or a
+    ``gptviz.seq2seq.Seq2Seq`` when the config has ``n_enc_layer >= 0``."""
+    return build_model(ModelConfig.from_dict(json.loads(cfg_json)))
 
 
 def get_model(cfg_json: str, model_key: Optional[str] = None) -> GPT:
@@ -124,24 +139,53 @@ BIG_MODEL_PARAMS = 20_000_000
 
 
 def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],
-           edits_key: str, grads: bool) -> Trace:
+           edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
     """A trace as numpy arrays, cached. Everything it depends on is in the arguments.
+
+    ``src`` and ``src_mask`` are an encoder-decoder model's source: the token ids its encoder reads and their
+    padding mask (1 real, 0 padding), one row per batch row; both None for a decoder-only model, or for one
+    whose encoder output is the fixed random tensor (n_enc_layer = 0). A model with an encoder given no source
+    reads ``default_source`` (its example), so a page that knows nothing of sources still draws.
 
     A trace of a small model is tiny and many are kept; one of a GPT-2-sized model is ~0.1 GB, so only a
     few are, in a cache of their own.
     """
     m = registered_model(model_key)
     cfg = m.config if m is not None else ModelConfig.from_dict(json.loads(cfg_json))
+    if src is None and cfg.n_enc_layer > 0:
+        src, src_mask = default_source(model_key, x, cfg)
     big = cfg.num_params() > BIG_MODEL_PARAMS
     fn = _traced_big if big else _traced_small
-    return fn(cfg_json, model_key, x, y, mask, edits_key, grads)
+    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
 
 
-def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
+def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tuple[tuple, tuple]:
+    """(src, src_mask) for a model with an encoder when the caller gave none: the loaded model's example
+    source (its checkpoint's ``example``) in every row, else the decoder's own tokens, cut to ``enc_len``."""
+    e = registered(model_key)
+    ids: list[int] = []
+    if e is not None and e.tokenizer is not None and e.meta.get("example"):
+        ids = [i for i in e.tokenizer.encode(str(e.meta["example"]).splitlines()[0]) if 0 <= i < cfg.vocab_size]
+    rows = []
+    for row in x:
+        r = list(ids or row)[: cfg.enc_len]
+        rows.append(tuple(r))
+    S = max(len(r) for r in rows)
+    pad = rows[0][0] if rows[0] else 0
+    src = tuple(r + (pad,) * (S - len(r)) for r in rows)
+    return src, tuple((1,) * len(r) + (0,) * (S - len(r)) for r in rows)
+
+
+def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
     model = get_model(cfg_json, model_key)
     cfg = model.config
     spec = json.loads(edits_key)
     edits = edit_specs.from_spec(spec, cfg.n_layer, cfg.n_head) if not edit_specs.is_empty(spec) else None
+    source = {}
+    if src is not None:
+        source["enc_input"] = torch.tensor(src, dtype=torch.long)
+        if src_mask is not None and not all(all(r) for r in src_mask):
+            source["enc_mask"] = torch.tensor(src_mask, dtype=torch.long)
     tr = trace(
         model,
         torch.tensor(x, dtype=torch.long),
@@ -149,15 +193,24 @@ def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
         attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
         edits=edits,
         grads=grads,
+        **source,
     )
     return tr.numpy().without_param_grads() if grads else tr.numpy()
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _traced_small(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
-    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads)
+def _traced_small(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
+    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
 
 
 @st.cache_data(max_entries=6, show_spinner="Running the big model…")
-def _traced_big(cfg_json, model_key, x, y, mask, edits_key, grads) -> Trace:
-    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads)
+def _traced_big(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
+    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def probe_scores(cfg_json: str, model_key: Optional[str], n: int = 32, batch: int = 8, seed: int = 0) -> dict:
+    """The head detector's repeated-random probe (one forward pass of ``batch`` rows), cached per model."""
+    from ..heads import probe
+
+    return probe(get_model(cfg_json, model_key), n=n, batch=batch, seed=seed)

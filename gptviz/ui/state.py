@@ -3,74 +3,21 @@ kept in step with the URL so a link opens exactly the same view.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-from typing import Any
+from typing import Any, Optional
 
+import numpy as np
 import streamlit as st
 
-from ..config import PRESETS, ModelConfig
-from ..data import DEFAULT_PROMPT
+from .. import session
+from ..config import PRESETS
+from ..session import (  # noqa: F401 - re-exported for the pages
+    BOOL_FIELDS, CKPT_PREFIX, CONFIG_FIELDS, FLOAT_FIELDS, INT_FIELDS, URL_FIELDS, _coerce, _config_settings,
+    config_from_settings, config_json, defaults)
 from ..tokenizers import TOKENIZER_NAMES
 
 KEY = "gptviz.settings"
+PAGE_PARAMS = ("present", "lesson", "lstep")  # address-bar parameters a page owns (the Lessons page)
 WIDGET = "w."  # prefix of the sidebar widgets' own keys
-
-# Config fields the sidebar edits (vocab_size always comes from the tokenizer).
-CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
-INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed"}
-FLOAT_FIELDS = {"dropout", "init_std", "ln_eps", "rope_base"}
-BOOL_FIELDS = {"bias", "qkv_bias", "tie_weights"}
-
-
-def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
-    d = cfg.to_dict()
-    d.pop("vocab_size")
-    # 0 means "work it out": so a preset's derived sizes follow n_embd / n_head when those change
-    if cfg.d_head * cfg.n_head == cfg.n_embd:
-        d["d_head"] = 0
-    if cfg.d_mlp == 4 * cfg.n_embd:
-        d["d_mlp"] = 0
-    if cfg.qkv_bias == cfg.bias:
-        d["qkv_bias"] = "same as bias"
-    return d
-
-
-def defaults() -> dict[str, Any]:
-    d = {
-        "preset": "default",
-        "text": DEFAULT_PROMPT,
-        "tokenizer": "char-bpe",
-        "merges": 20,
-        "lowercase": True,
-        "batch": 0,
-        "layer": 0,
-        "head": 0,
-        "show_values": False,
-        "step": 0,
-    }
-    d.update(_config_settings(PRESETS["default"]))
-    return d
-
-
-URL_FIELDS = ["preset", "text", "tokenizer", "merges", "lowercase", *CONFIG_FIELDS]
-
-
-def _coerce(field: str, raw: str, default: Any) -> Any:
-    if field in INT_FIELDS or field == "merges":
-        return int(raw)
-    if field in FLOAT_FIELDS:
-        return float(raw)
-    if field in BOOL_FIELDS or field == "lowercase":
-        if field == "qkv_bias" and raw == "same as bias":
-            return raw
-        if raw.lower() in ("1", "true", "yes"):
-            return True
-        if raw.lower() in ("0", "false", "no"):
-            return False
-        raise ValueError(raw)
-    return raw
-
 
 def settings() -> dict[str, Any]:
     """This session's settings. The first call in a session reads the URL (a shared link)."""
@@ -81,6 +28,10 @@ def settings() -> dict[str, Any]:
             params = st.query_params.to_dict()
         except Exception:  # noqa: BLE001 - no URL outside a browser
             params = {}
+        if "preset" not in params and any(f in params for f in (*CONFIG_FIELDS, "tokenizer", "merges", "lowercase")):
+            # a link that sets the model's shape or tokenizer but names no preset (links made before the app
+            # opened on a trained model, or written by hand) means the configurable model
+            params["preset"] = "default"
         if params.get("preset") in PRESETS:
             s.update(_config_settings(PRESETS[params["preset"]]))
         elif str(params.get("preset", "")).startswith("checkpoint: "):
@@ -102,29 +53,25 @@ def settings() -> dict[str, Any]:
 def write_url(s: dict[str, Any]) -> None:
     """Put the non-default settings in the address bar, so the link can be shared."""
     base = defaults()
+    opening = base["preset"]
     if s.get("preset") in PRESETS:
         base.update(_config_settings(PRESETS[s["preset"]]))
     want = {f: str(s[f]) for f in URL_FIELDS if f in s and (f == "preset" or s[f] != base.get(f))}
-    if want.get("preset") == "default" and len(want) == 1:
+    if want.get("preset") == opening and len(want) == 1:
         want = {}
     try:
-        if st.query_params.to_dict() != want:
+        current = st.query_params.to_dict()
+        want.update({k: v for k, v in current.items() if k in PAGE_PARAMS})
+        if current != want:
             st.query_params.from_dict(want)
     except Exception:  # noqa: BLE001
         pass
 
 
 def apply_preset(s: dict[str, Any], name: str) -> None:
-    s["preset"] = name
-    s["model_key"] = None  # a preset replaces any loaded model; a checkpoint preset loads its own
-    s["id_edits"] = {}
-    s["edits"] = {"set": [], "heads_off": []}
-    if name.startswith("checkpoint: "):
-        s["text"] = ""  # a task model comes with an example in its own format, filled in when it loads
-    if name in PRESETS:
-        s.update(_config_settings(PRESETS[name]))
-        for field in CONFIG_FIELDS:
-            st.session_state.pop(WIDGET + field, None)
+    session.apply_preset(s, name)
+    for field in CONFIG_FIELDS:
+        st.session_state.pop(WIDGET + field, None)
 
 
 def reset() -> None:
@@ -138,16 +85,146 @@ def reset() -> None:
         pass
 
 
-def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The ModelConfig the settings describe. Raises ValueError with the rule that is broken."""
-    data = {f: s[f] for f in CONFIG_FIELDS}
-    data["d_head"] = data["d_head"] or None
-    data["d_mlp"] = data["d_mlp"] or None
-    if data["qkv_bias"] == "same as bias":
-        data["qkv_bias"] = None
-    data["vocab_size"] = vocab_size
-    return ModelConfig(**data)
 
 
-def config_json(cfg: ModelConfig) -> str:
-    return json.dumps(cfg.to_dict(), sort_keys=True)
+# --------------------------------------------------------------------------- an encoder-decoder model's source
+# The settings key ``source`` holds the text an encoder reads (one line per batch row); the sidebar's text is
+# what the decoder reads. For the reversal task the decoder's text follows from the source (``^`` then the
+# reversal so far, teacher forcing), so setting the source sets both.
+SOURCE = "source"
+
+
+def reverse_task():
+    from ..tasks import ReverseTask
+
+    return ReverseTask()
+
+
+def model_task(ctx) -> str:
+    """The task the shown model was trained on ("" for a fresh one)."""
+    return str((ctx.entry.meta.get("task") if ctx.entry is not None else "") or "")
+
+
+def default_source(ctx) -> str:
+    """The source a model with an encoder starts from: its checkpoint's example, else the reversal task's."""
+    ex = ctx.entry.meta.get("example") if ctx.entry is not None else None
+    return str(ex) if ex else reverse_task().example()[: ctx.cfg.enc_len]
+
+
+def decoder_text(ctx, source: str) -> Optional[str]:
+    """What the decoder reads for ``source`` (every line), when the model's task says so (reversal), else None.
+
+    Each line is first cut to what the encoder can read (known tokens, at most ``enc_len`` of them), so the
+    decoder reverses exactly the letters the encoder sees."""
+    if model_task(ctx) != "reverse":
+        return None
+    task = reverse_task()
+    lines = []
+    for line in source.splitlines():
+        ids = [i for i in ctx.tok.encode(line) if 0 <= i < ctx.cfg.vocab_size][: ctx.cfg.enc_len]
+        if ids:
+            lines.append(task.decoder_text(ctx.tok.decode(ids)))
+    return "\n".join(lines) or None
+
+
+def encode_source(tok, cfg, text: Optional[str], rows: int):
+    """``(batch, notices)``: the source as a ``Batch`` (x: the encoder's token ids, attention_mask: 1 real, 0
+    padding) with exactly ``rows`` rows (the last line repeats if there are fewer lines), or ``(None, notices)``
+    when the model has no encoder (n_enc_layer < 1) or the text gives no tokens."""
+    from ..data import Batch, encode_batch
+
+    if cfg.n_enc_layer < 1 or not text or not str(text).strip():
+        return None, []
+    try:
+        src = encode_batch(tok, str(text), cfg.enc_len)
+    except ValueError as exc:
+        return None, [f"The source can't be read ({exc}): the encoder reads the model's example instead."]
+    ok = [i for i in range(src.x.shape[0]) if 0 <= int(src.x[i].min()) and int(src.x[i].max()) < cfg.vocab_size]
+    if len(ok) != src.x.shape[0]:
+        return None, ["The source has tokens outside this model's vocabulary: the encoder reads the model's example "
+                      "instead."]
+    pick = [min(r, src.x.shape[0] - 1) for r in range(rows)]
+    out = Batch(src.x[pick], src.y[pick], src.attention_mask[pick], [src.lengths[i] for i in pick], src.notices)
+    return out, [f"Source: {n}" for n in src.notices]
+
+
+class _SourceStore:
+    """The store a Ctx traces through, with the source added to every trace (see ``use_source``)."""
+
+    def __init__(self, store, src: tuple, src_mask: tuple):
+        self._store, self._src = store, (src, src_mask)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def traced(self, *args):
+        return self._store.traced(*args, *self._src) if len(args) == 7 else self._store.traced(*args)
+
+
+def source_batch(ctx):
+    """The source the shown model's encoder reads (a ``Batch``, one row per batch row), or None (a
+    decoder-only model, or a fixed random encoder output). ``ctx.source_batch`` when ``session.resolve``
+    provides it; else worked out here from the settings' ``source``."""
+    if hasattr(ctx, "source_batch"):
+        return ctx.source_batch
+    cached = ctx.__dict__.get("_source_batch", False)
+    if cached is not False:
+        return cached
+    src, notes = encode_source(ctx.tok, ctx.cfg, ctx.s.get(SOURCE) or default_source(ctx), ctx.batch.x.shape[0])
+    ctx.__dict__["_source_batch"] = src
+    ctx.__dict__["_source_notes"] = notes
+    return src
+
+
+def source_notes(ctx) -> list[str]:
+    """What was changed on the way when the source was encoded here (cut, characters left out)."""
+    return list(ctx.__dict__.get("_source_notes", []))
+
+
+def use_source(ctx):
+    """Make ``ctx`` show its model on the session's source; returns the source batch (None without an encoder).
+
+    The first time a model with an encoder is shown, the source starts as its example (and, for the reversal
+    task, the decoder's text as the matching teacher-forced text: a rerun). Until ``session.resolve`` carries
+    the source into the Ctx (``ctx.source_batch``), the Ctx's traces are routed through a store that adds it.
+    """
+    if ctx.cfg.n_enc_layer < 1:
+        return None
+    s = ctx.s
+    if not s.get(SOURCE) or (ctx.entry is not None and s.get("text") == ctx.entry.meta.get("example")
+                             and ctx.entry.meta.get("decoder_example")):
+        s[SOURCE] = s.get(SOURCE) or default_source(ctx)
+        want = decoder_text(ctx, s[SOURCE])
+        if want and want != s.get("text"):
+            s["text"] = want
+            st.rerun()
+    src = source_batch(ctx)
+    if src is not None and not hasattr(ctx, "source_batch") and not isinstance(ctx.store, _SourceStore):
+        ctx.store = _SourceStore(ctx.store, _tup(src.x), _tup(src.attention_mask))
+        ctx._traces.clear()
+    return src
+
+
+def source_keys(ctx, b: Optional[int] = None) -> tuple[Optional[list[str]], Optional[np.ndarray]]:
+    """(labels, padded) of the encoder positions for batch row ``b``: the source's tokens and an (S,) bool
+    array, True at padding (None if there is none); ``(None, None)`` for a fixed random encoder output."""
+    src = source_batch(ctx)
+    if src is None:
+        return None, None
+    b = ctx.b if b is None else min(b, src.x.shape[0] - 1)
+    labels = [ctx.tok.token_str(int(i)) for i in src.x[b]]
+    pad = np.asarray(src.attention_mask[b]) == 0
+    return labels, (pad if pad.any() else None)
+
+
+def set_source(s: dict[str, Any], widget_key: str, ctx) -> None:
+    """on_change of a source box: the new source and, for the reversal task, the decoder's matching text."""
+    s[SOURCE] = st.session_state[widget_key]
+    want = decoder_text(ctx, s[SOURCE])
+    if want:
+        s["text"] = want
+    s["id_edits"] = {}  # token edits belong to the old text
+
+
+def _tup(t) -> tuple:
+    return tuple(map(tuple, t.tolist()))

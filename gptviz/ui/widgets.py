@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from .. import edits as edit_specs
 from .. import figures
 from ..steps import StepInfo
 from ..views import MAX_COLS, page_count, step_matrix
 from ..views import masked_cells as _masked_cells
-from .page import Ctx
+from ..session import Ctx
 
 
 def masked(ctx: Ctx) -> Optional[np.ndarray]:
@@ -75,8 +76,21 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     t = title or (("∂loss/∂ " if grad else "") + info.title)
     if head is not None and "head" in info.axes:
         t += f" · head {head}"
-    fig = figures.heatmap(m, t, show_values=ctx.s.get("show_values", False), height=height)
-    st.plotly_chart(fig, width="stretch", key=f"fig.{key}{name}{'.g' if grad else ''}")
+    sel = ctx.selection
+    pairwise = m.row_title == "query" and m.col_title == "key"
+    by_pos = m.row_title in ("query", "position") and not m.note.startswith("rows")
+    fig = figures.heatmap(m, t, show_values=ctx.s.get("show_values", False), height=height,
+                          highlight_row=sel[0] if sel and by_pos else None,
+                          highlight_col=sel[1] if sel and pairwise else None)
+    chart_key = f"fig.{key}{name}{'.g' if grad else ''}"
+    if pairwise:  # click a cell: select that query and key on every chart of the page
+        ev = plot(ctx, fig, key=chart_key, on_select="rerun", selection_mode="points")
+        picked = clicked_cell(ev)
+        if picked is not None and picked != sel and picked[1] <= picked[0] < ctx.n_pos:
+            ctx.s["sel"] = list(picked)
+            st.rerun()
+    else:
+        plot(ctx, fig, key=chart_key)
     if with_downloads:
         downloads(name + (".grad" if grad else ""), value, m, key=key)
     return m
@@ -93,7 +107,7 @@ def _width(v: np.ndarray, info: StepInfo, head: Optional[int]) -> int:
 
 def heads_off_toggle(ctx: Ctx, layer: int, key: str = "") -> None:
     """Switch heads of one layer off and on; the trace is recomputed with their weights zeroed."""
-    spec = ctx.s.setdefault("edits", {"set": [], "heads_off": []})
+    spec = ctx.s.setdefault("edits", edit_specs.empty())
     off = {tuple(h) for h in spec.get("heads_off", [])}
     cols = st.columns(min(ctx.cfg.n_head, 8))
     for h in range(ctx.cfg.n_head):
@@ -103,7 +117,7 @@ def heads_off_toggle(ctx: Ctx, layer: int, key: str = "") -> None:
 
 
 def _flip_head(s: dict, layer: int, head: int) -> None:
-    spec = s.setdefault("edits", {"set": [], "heads_off": []})
+    spec = s.setdefault("edits", edit_specs.empty())
     off = {tuple(h) for h in spec.get("heads_off", [])}
     off ^= {(layer, head)}
     spec["heads_off"] = sorted(off)
@@ -115,7 +129,7 @@ def clear_edits_button(ctx: Ctx, key: str = "") -> None:
     if n:
         st.caption(f"{n} edit(s) active: everything below is recomputed with them.")
         if st.button("Clear all edits", key=f"clear.{key}"):
-            ctx.s["edits"] = {"set": [], "heads_off": []}
+            ctx.s["edits"] = edit_specs.empty()
             ctx.s["id_edits"] = {}
             ctx.s["edit_gen"] = ctx.s.get("edit_gen", 0) + 1  # fresh editors: forget their typed values
             st.rerun()
@@ -152,7 +166,7 @@ def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "", head: Optional[i
     if not np.allclose(new, vec, atol=1e-7, rtol=0):
         full = value[tuple(index)].astype(float).copy()
         full[: len(new)] = new
-        spec = ctx.s.setdefault("edits", {"set": [], "heads_off": []})
+        spec = ctx.s.setdefault("edits", edit_specs.empty())
         items = [e for e in spec.get("set", []) if not (e["name"] == name and e["index"] == index)]
         items.append({"name": name, "index": index, "values": [float(v) for v in full]})
         spec["set"] = items
@@ -184,7 +198,101 @@ def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downl
                                 [f"+{c}" for c in range(per_row)] if rows > 1 else [f"head {c}" for c in range(per_row)],
                                 kind=kind, title=("∂loss/∂ " if grad else "") + info.title + " · every head (rows: query, columns: key)",
                                 masked=mk)
-    st.plotly_chart(fig, width="stretch", key=f"fig.{key}{name}.all{'.g' if grad else ''}")
+    plot(ctx, fig, key=f"fig.{key}{name}.all{'.g' if grad else ''}")
     if with_downloads:
         downloads(name + (".grad" if grad else ""), value, None, key=key)
     return None
+
+
+def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None) -> None:
+    """The loss on the text next to ln V. A model trained on a task shows its loss on the positions that
+    task scores first, the all-positions loss beside it, and a sentence on the difference."""
+    import math
+
+    from ..loss import mean_over, uniform_loss
+
+    tr = ctx.trace()
+    loss = tr.loss
+    uniform = uniform_loss(ctx.cfg.vocab_size)
+    fmt = (lambda v: "—" if v is None or math.isnan(v) else f"{v:.{precision}f}")
+    if ctx.scored_y is not None:
+        scored = mean_over(tr["hook_loss_per_token"], ctx.scored_y)
+        c1, c2, c3 = st.columns(3)
+        c1.metric("Loss on the scored positions", fmt(scored),
+                  help="The positions this model's task scores: the only ones it was trained to predict.")
+        c2.metric("Loss on every position", fmt(loss),
+                  help="Including positions that are random by design, which no model can predict.")
+        c3.metric("Uniform guess ln V", fmt(uniform), help=f"The loss of guessing all {ctx.cfg.vocab_size} tokens equally.")
+        st.caption(ctx.task_rule + " The all-positions loss counts those random positions too, so it can be worse "
+                   "than guessing uniformly while the model does its task well.")
+        return
+    c1, c2 = st.columns(2)
+    c1.metric("Loss on your text", fmt(loss),
+              help="Cross-entropy of the model's next-token guesses on the text in the sidebar.")
+    c2.metric("Uniform guess ln V", fmt(uniform), help=f"The loss of guessing all {ctx.cfg.vocab_size} tokens equally.")
+    if loss is not None and not math.isnan(loss) and abs(loss - uniform) < 0.5:
+        st.caption("An untrained model scores close to ln V: it knows nothing yet.")
+
+
+EXPORT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 3}, "displaylogo": False}
+
+
+def _thin_ticks(fig, most_x: int, most_y: int) -> None:
+    """Keep at most ``most_x`` / ``most_y`` labelled ticks per axis, so that larger tick labels don't overlap."""
+    import math
+
+    lay = fig.layout
+    for name in list(lay.to_plotly_json()):
+        if not name.startswith(("xaxis", "yaxis")):
+            continue
+        ax = lay[name]
+        vals, text = ax.tickvals, ax.ticktext
+        most = most_x if name.startswith("x") else most_y
+        if vals is not None and len(vals) > most:
+            step = math.ceil(len(vals) / most)
+            ax.tickvals = list(vals)[::step]
+            if text is not None:
+                ax.ticktext = list(text)[::step]
+
+
+def plot(ctx: Optional[Ctx], fig, key: str, **kw):
+    """Draw a figure in the view's style (presenter mode's larger text); the toolbar exports PNG at 3×."""
+    style = getattr(ctx, "style", None) or {}
+    if style.get("font_scale", 1.0) != 1.0:
+        fig = figures.styled(fig, style["font_scale"])
+        _thin_ticks(fig, int(18 / style["font_scale"]), int(39 / style["font_scale"]))
+    top = style.get("max_height")  # presenter mode: every chart fits on a 720-pixel screen
+    if top and (fig.layout.height or 0) > top:
+        fig.layout.height = int(top)
+    return st.plotly_chart(fig, width="stretch", key=key, config=EXPORT_CONFIG, **kw)
+
+
+def _pos(label) -> Optional[int]:
+    try:
+        return int(str(label).split(":", 1)[0])
+    except ValueError:
+        return None
+
+
+def clicked_cell(event) -> Optional[tuple[int, int]]:
+    """(query, key) of the heatmap cell a user clicked, from ``st.plotly_chart``'s selection event."""
+    try:
+        points = event["selection"]["points"]
+    except (TypeError, KeyError):
+        return None
+    if not points:
+        return None
+    q, k = _pos(points[0].get("y")), _pos(points[0].get("x"))
+    return None if q is None or k is None else (q, k)
+
+
+def selection_note(ctx: Ctx) -> None:
+    """The sidebar's line on the selected query and key, with a button to clear it."""
+    sel = ctx.selection
+    if sel is None:
+        return
+    labels = ctx.labels()
+    q, k = sel
+    st.sidebar.info(f"Selected: query {q} '{labels[q]}' → key {k} '{labels[k]}' (outlined on every chart)",
+                    icon=":material/ads_click:")
+    st.sidebar.button("Clear the selection", key="sel.clear", on_click=lambda: ctx.s.pop("sel", None))

@@ -3,8 +3,19 @@ import numpy as np
 from apphelp import array, chart, ok, page, set_sidebar, titles
 
 
-def test_every_step_in_order():
+def _step(at, title_start):
+    radio = at.radio(key="s.pick")
+    return radio.set_value([o for o in radio.options if o.startswith(title_start)][0]).run()
+
+
+def test_one_step_at_a_time_and_every_step_in_order():
     at = ok(page("attention"))
+    radio = at.radio(key="s.pick")
+    assert len(radio.options) == 13 and radio.value.startswith("1 · The norm")
+    assert len(at.get("plotly_chart")) == 4  # the head, the detector grid, one step, one overview: quick to draw
+    at = ok(_step(at, "6 · The causal"))
+    assert [s.value for s in at.subheader][0].startswith("6 · The causal") and any("masked scores" in x for x in titles(at))
+    at.toggle(key="s.every").set_value(True).run()
     heads = [s.value for s in at.subheader]
     for i, word in enumerate(["norm", "Q, K and V", "Q", "K", "V", "Q Kᵀ", "1/√d_head", "mask", "Softmax",
                               "Weighted values", "side by side", "output projection", "residual add"]):
@@ -37,7 +48,7 @@ def test_layer_and_head_selectors_change_the_view():
 
 
 def test_switching_a_head_off_zeroes_it_and_recomputes():
-    at = page("attention")
+    at = _step(page("attention"), "10 · The output projection")
     out_before = array(chart(at, "L0 attention output")["data"][0]["z"])
     at.toggle(key="gptviz.headoff.0.0").set_value(True).run()
     ok(at)
@@ -51,7 +62,62 @@ def test_switching_a_head_off_zeroes_it_and_recomputes():
 def test_rope_model_shows_rotated_steps_and_bad_shape_keeps_page():
     at = set_sidebar(page("attention"), "pos_encoding", "rope")
     ok(at)
+    assert any("RoPE" in o for o in at.radio(key="s.pick").options)
+    at = ok(_step(at, "3b · Rotate Q"))
     assert any("RoPE" in s.value for s in at.subheader)
     at = set_sidebar(at, "n_embd", 15)
     ok(at)
     assert any("n_embd=15" in e.value for e in at.error)
+
+
+def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head():
+    from gptviz import GPT, encode_batch, get_tokenizer, heads, preset, trace
+    from gptviz.data import DEFAULT_PROMPT
+
+    at = ok(page("attention"))
+    grid = chart(at, "What each head does")
+    best = array(grid["data"][0]["z"])
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+    model = GPT(cfg)
+    T = b.lengths[0]
+    pats = np.stack([trace(model, b.x)[f"blocks.{l}.attn.hook_pattern"][0, :, :T, :T].numpy() for l in range(2)])
+    ref = heads.head_scores(pats, b.x[0, :T].numpy())
+    pr = heads.probe(model, n=32, batch=8, seed=0)["scores"]
+    ref["induction"], ref["duplicate"] = pr["induction"], pr["duplicate"]
+    want = np.max(np.stack([ref[k] for k in heads.KINDS]), axis=0)
+    assert best.shape == (2, 2) and np.allclose(best, want, atol=1e-6)
+    # choosing a head from the list opens it: the shared layer and head follow
+    at.selectbox(key="det.pick").set_value(3).run()  # L1 H1 of a 2 × 2 grid
+    assert at.title[0].value == "Attention · layer 1 · head 1"
+
+
+def test_a_selected_query_and_key_are_outlined_on_every_chart_and_named_in_the_sidebar():
+    from apphelp import charts
+
+    at = ok(page("attention"))
+    at.session_state["gptviz.settings"]["sel"] = [4, 2]  # what a click on cell (query 4, key 2) stores
+    at = ok(_step(at.run(), "4 · Scores"))
+    side = " ".join(i.value for i in at.sidebar.info)
+    assert "Selected: query 4" in side and "key 2" in side
+    outlined = 0
+    for c in charts(at):
+        shapes = c["layout"].get("shapes", [])
+        if c["layout"]["title"]["text"].startswith(("L0 attention weights", "L0 scores QKᵀ")):
+            rows = [s for s in shapes if s.get("name") == "selected query"]
+            cols = [s for s in shapes if s.get("name") == "selected key"]
+            assert rows and rows[0]["y0"] == 3.5 and rows[0]["y1"] == 4.5, c["layout"]["title"]["text"]
+            assert cols and cols[0]["x0"] == 1.5 and cols[0]["x1"] == 2.5
+            outlined += 1
+    assert outlined == 2
+    at = [b for b in at.sidebar.button if b.label == "Clear the selection"][0].click().run()
+    assert "sel" not in at.session_state["gptviz.settings"]
+    assert not any(c["layout"].get("shapes") for c in charts(at))
+
+
+def test_clicking_a_cell_reads_the_query_and_key():
+    from gptviz.ui.widgets import clicked_cell
+
+    assert clicked_cell({"selection": {"points": [{"x": "2: 'c'", "y": "4: 'a' [4]"}]}}) == (4, 2)
+    assert clicked_cell({"selection": {"points": []}}) is None and clicked_cell(None) is None

@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from apphelp import charts, messages, metric, ok, page, set_sidebar
 
 
@@ -50,3 +52,27 @@ def test_reset_to_defaults():
     ok(at)
     assert at.number_input(key="w.n_layer").value == 2
     assert not math.isnan(metric(at, "Loss on your text"))
+
+
+def test_a_task_model_is_scored_on_the_positions_its_task_scores():
+    import torch
+    import torch.nn.functional as F
+
+    from gptviz import load_checkpoint
+    from gptviz.ui.resources import CHECKPOINTS
+
+    at = ok(page("home", preset="checkpoint: induction"))
+    ck = load_checkpoint(CHECKPOINTS / "induction.safetensors")
+    text = ck.meta["example"]
+    assert at.text_area(key="w.text").value == text
+    ids = torch.tensor([ck.tokenizer.encode(text)])
+    with torch.no_grad():
+        logits, _ = ck.model(ids)
+    n = len(text) // 2  # the example is a run of letters, then the same run again
+    nll = F.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="none")
+    scored, every = float(nll[n:].mean()), float(nll.mean())  # from the first repeated letter on
+    assert metric(at, "Loss on the scored positions") == pytest.approx(scored, abs=2e-3)
+    assert metric(at, "Loss on every position") == pytest.approx(every, abs=2e-3)
+    uniform = metric(at, "Uniform guess ln V")
+    assert scored < uniform < every  # the task is done well; the random first half is what looks worse
+    assert any("scored only from the first repeated token" in c.value for c in at.caption)

@@ -1,0 +1,75 @@
+"""The app's pages: file, title, icon, address and section, in one list.
+
+``app.py`` builds ``st.navigation`` from it (so the home page is called "Home" and pages are grouped),
+and ``page_links`` draws links to every page. The addresses are the ones Streamlit's pages/ folder used
+to give, so links shared before still open the same page. Icons are Streamlit's Material Symbols, which
+draw without colour-emoji fonts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (file, title, icon, url_path, section)
+PAGES = [
+    ("pages/0_Home.py", "Home", ":material/home:", "", "Start"),
+    ("pages/13_Lessons.py", "Lessons", ":material/school:", "Lessons", "Start"),
+    ("pages/1_Tokens_and_batch.py", "Tokens & batch", ":material/text_fields:", "Tokens_and_batch", "The forward pass"),
+    ("pages/2_Embeddings.py", "Embeddings", ":material/scatter_plot:", "Embeddings", "The forward pass"),
+    ("pages/3_Attention.py", "Attention", ":material/visibility:", "Attention", "The forward pass"),
+    ("pages/4_MLP_and_residual.py", "MLP & residual stream", ":material/account_tree:", "MLP_and_residual",
+     "The forward pass"),
+    ("pages/5_Logits_and_loss.py", "Logits & loss", ":material/bar_chart:", "Logits_and_loss", "The forward pass"),
+    ("pages/6_Step_through.py", "Step-through", ":material/skip_next:", "Step_through", "The forward pass"),
+    ("pages/11_Who_did_it.py", "Who did it", ":material/insights:", "Who_did_it", "Explain a prediction"),
+    ("pages/9_Generation.py", "Generation", ":material/edit_note:", "Generation", "Explain a prediction"),
+    ("pages/7_Backward.py", "Backward pass", ":material/undo:", "Backward", "Learning"),
+    ("pages/8_Training.py", "Training", ":material/fitness_center:", "Training", "Learning"),
+    ("pages/12_Initialisation.py", "Initialisation", ":material/tune:", "Initialisation", "Learning"),
+    ("pages/10_Model_and_weights.py", "Model & weights", ":material/inventory_2:", "Model_and_weights", "Models"),
+]
+
+
+def available() -> list[tuple]:
+    """The pages whose files exist (a page still being written is left out)."""
+    return [p for p in PAGES if (ROOT / p[0]).is_file()]
+
+
+def navigation():
+    """``st.navigation`` over every page, grouped by section; returns the page to run."""
+    sections: dict[str, list] = {}
+    for path, title, icon, url, section in available():
+        kw = {"default": True} if url == "" else {"url_path": url}
+        sections.setdefault(section, []).append(st.Page(str(ROOT / path), title=title, icon=icon, **kw))
+    return st.navigation(sections, expanded=True)
+
+
+def page_links() -> None:
+    """A link to every page. (Run as a lone script, as in a test, the links are plain text.)"""
+    pages = available()
+    cols = st.columns(4)
+    for i, (path, label, icon, _, _) in enumerate(pages):
+        try:
+            cols[i % 4].page_link(str(ROOT / path), label=label, icon=icon)
+        except Exception:  # noqa: BLE001 - StreamlitPageNotFoundError outside the multipage app
+            cols[i % 4].markdown(f"{icon} {label}")
+
+
+def link(path: str, label: str, icon: str | None = None) -> None:
+    """One page link (plain text when the page runs alone, as in a test)."""
+    try:
+        st.page_link(str(ROOT / path), label=label, icon=icon)
+    except Exception:  # noqa: BLE001 - StreamlitPageNotFoundError outside the multipage app
+        st.markdown(f"{label} ({path})")
+
+
+def decoder_only(ctx, what: str) -> bool:
+    """False, with a message, for an encoder-decoder model on a page built for decoder-only models."""
+    if getattr(ctx.cfg, "n_enc_layer", -1) >= 0:
+        st.info(f"{what} works on decoder-only models. This one has an encoder and cross-attention: see its "
+                "cross-attention on the Attention page, or pick another model in the sidebar.")
+        return False
+    return True
