@@ -11,10 +11,24 @@ from gptviz import GPT, CharBPETokenizer, trace
 from gptviz.checkpoint import load_checkpoint, save_checkpoint
 
 
+def perturb(model, seed=0):
+    """Move every bias and norm weight away from its init (0 and 1), as test_parity_hf does: otherwise a
+    swapped bias, or ln_1 loaded as ln_2, would give the very same logits and pass. Returns the model."""
+    g = torch.Generator().manual_seed(seed)
+    moved = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or ".ln_" in name or "ln_f" in name:
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+                moved += 1
+    assert moved, "nothing to perturb: the fixture has no biases or norm weights"
+    return model
+
+
 @pytest.mark.parametrize("name", ["gpt2-like", "rms-post-sin-gelu", "rope-relu-wide-heads"])
 def test_round_trip_gives_identical_logits(tmp_path, name):
     c = CONFIGS[name].replace(seed=7)
-    m = GPT(c)
+    m = perturb(GPT(c))
     tok = CharBPETokenizer(3).train(["abcabcabd"])
     p = tmp_path / "m.safetensors"
     save_checkpoint(p, m, tok, task="demo")
@@ -29,7 +43,7 @@ def test_round_trip_gives_identical_logits(tmp_path, name):
 
 def test_nanogpt_ckpt_pt(tmp_path):
     c = CONFIGS["gpt2-like"].replace(activation="gelu", vocab_size=20)
-    m = GPT(c)
+    m = perturb(GPT(c))
     sd = {("_orig_mod." + k): v for k, v in m.state_dict().items()}  # as torch.compile leaves them
     ckpt = {"model": sd, "model_args": dict(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd,
                                             block_size=c.block_size, bias=True, vocab_size=c.vocab_size, dropout=0.0),
@@ -46,7 +60,7 @@ def test_hf_gpt2_safetensors(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(vocab_size=40, n_positions=12, n_embd=32, n_layer=2, n_head=4)
     torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    hf = perturb(transformers.GPT2LMHeadModel(cfg).eval())
     from safetensors.torch import save_file
 
     sd = {k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from apphelp import array, chart, charts, ok, page, set_sidebar
 
@@ -24,9 +25,65 @@ def test_choosing_another_step():
     assert abs(g.sum()) < 1e-4  # softmax - onehot sums to zero in every row
 
 
-def test_a_head_switched_off_has_no_gradient_through_its_pattern():
+def _engine_trace_with_head_off(layer: int, head: int):
+    """The page's default model and text, traced with gradients and a hand-written edit that switches a head off
+    (not the app's edit specs), as an independent reference."""
+    from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
+    from gptviz.data import DEFAULT_PROMPT
+
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+
+    def off(p):
+        p[:, head] = 0.0
+        return p
+
+    return trace(GPT(cfg), b.x, b.y, b.attention_mask, grads=True, edits={f"blocks.{layer}.attn.hook_pattern": off})
+
+
+def _head_grad_max(tr, name, head, allowed_only=False):
+    g = np.take(tr.grad(name).detach().numpy(), head, axis=tr.info(name).axes.index("head"))
+    if allowed_only:  # the cells the causal mask lets attention use (i >= j); this text has no padding
+        g = g[:, np.tril(np.ones(g.shape[-2:], dtype=bool))]
+    return float(np.abs(g).max())
+
+
+UPSTREAM = "masked scores, scaled scores, raw scores, queries and keys"
+
+
+def test_a_head_switched_off_has_no_gradient_upstream_of_its_pattern():
+    ref = _engine_trace_with_head_off(0, 0)
+    g_pattern = _head_grad_max(ref, "blocks.0.attn.hook_pattern", 0, allowed_only=True)
+    assert g_pattern > 1e-5  # the zeroed weights still have a gradient
+    for short in ("hook_attn_scores", "hook_scores_scaled", "hook_scores_raw", "hook_q", "hook_k"):
+        assert _head_grad_max(ref, f"blocks.0.attn.{short}", 0) == 0.0, short  # cut off by the edit
+        assert _head_grad_max(ref, f"blocks.0.attn.{short}", 1) > 0.0, short  # the head still on is not
+
     at = page("backward")
     at.session_state["gptviz.settings"]["edits"] = {"set": [], "heads_off": [[0, 0]]}
     at = set_sidebar(at, "head", 0)
     ok(at)
-    assert any("Every entry is 0" in i.value or "strongest" in i.value for i in at.info)
+    # the pattern: held at 0 by the edit, with a gradient, and nothing upstream gets any of it
+    assert [i.value for i in at.info] == [
+        "Head 0 of layer 0 is switched off: your edit replaces its attention weights with 0, so their forward value "
+        f"is exactly 0. Their gradient is not 0 (up to {g_pattern:.3g}) on the cells attention may use: it says how "
+        "the loss would change if those weights were nudged up from 0. Upstream of the edit, the gradient on this "
+        f"head's {UPSTREAM} is exactly 0: the edit cut them off from the loss."]
+    g = array(chart(at, "∂loss/∂ L0 attention weights")["data"][0]["z"])
+    assert np.nanmax(np.abs(g)) == pytest.approx(g_pattern, rel=1e-5)
+
+    # a step upstream of the edit: its gradient heatmap is all zeros, and the page says why
+    for short in ("hook_attn_scores", "hook_k"):
+        at = at.selectbox(key="bw.step").set_value(f"blocks.0.attn.{short}").run()
+        ok(at)
+        assert [i.value for i in at.info] == [
+            "Head 0 of layer 0 is switched off after this step: its attention weights are replaced with 0, so this "
+            "step no longer reaches the loss through head 0. Head 0's gradient here is exactly 0, and so is the "
+            f"gradient on all of its {UPSTREAM}: the edit cut them off from the loss."], short
+        z = [array(c["data"][0]["z"]) for c in charts(at) if c["layout"]["title"]["text"].startswith("∂loss/∂")]
+        assert z and all(np.nanmax(np.abs(a)) == 0.0 for a in z), short
+
+    # head 1 is still on: the usual reading, naming its strongest entry
+    at = set_sidebar(at.selectbox(key="bw.step").set_value("blocks.0.attn.hook_attn_scores").run(), "head", 1)
+    assert len(at.info) == 1 and "The strongest is at head 1" in at.info[0].value

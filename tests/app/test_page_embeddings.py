@@ -24,12 +24,64 @@ def test_position_kind_changes_what_is_shown():
     assert z[3, 0] == pytest.approx(np.sin(3.0), abs=1e-6) and z[3, 1] == pytest.approx(np.cos(3.0), abs=1e-6)
 
 
+def engine_run(edit_name=None, index=(), values=None):
+    """The page's default model and text run with plain ``GPT.run`` and a hand-written hook that writes
+    ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
+    import torch
+    import torch.nn.functional as F
+
+    from gptviz import GPT, encode_batch, get_tokenizer, preset
+    from gptviz.data import DEFAULT_PROMPT
+
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+    seen = {}
+
+    def rec(name, x):
+        if name == edit_name:
+            x = x.clone()
+            x[tuple(index)] = torch.tensor(values, dtype=x.dtype)
+        seen[name] = x.detach().numpy()
+        return x
+
+    with torch.no_grad():
+        logits = GPT(cfg).run(b.x, b.attention_mask, rec=rec)
+    loss = F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100)
+    return seen, float(loss)
+
+
 def test_editing_an_embedding_recomputes_downstream():
+    from apphelp import metric
+
+    plain, loss_plain = engine_run()
+    edited, loss_edited = engine_run("hook_embed", (0, 3), [1.0] * 16)
+    assert abs(loss_edited - loss_plain) > 1e-3  # the edit matters to the loss, so the comparison can fail
+
     at = page("embeddings")
+    stream_before = array(chart(at, "L0 residual stream in")["data"][0]["z"])
+    assert np.allclose(stream_before, plain["blocks.0.hook_resid_pre"][0], atol=1e-6)
     s = at.session_state["gptviz.settings"]
-    s["edits"] = {"set": [{"name": "hook_embed", "index": [0, 0], "values": [1.0] * 16}], "heads_off": []}
+    s["edits"] = {"set": [{"name": "hook_embed", "index": [0, 3], "values": [1.0] * 16}], "heads_off": []}
     at.run()
     ok(at)
     assert any("edit(s) active" in c.value for c in at.caption)
-    emb = [c for c in charts(at) if c["layout"]["title"]["text"].startswith("Token embedding")][0]
-    assert emb["data"][0]["zmax"] == 1.0  # the edited row (all ones) now sets the colour range
+    emb = array(chart(at, "Token embedding")["data"][0]["z"])
+    assert (emb[3] == 1.0).all()
+    # downstream: the residual stream entering layer 0 is the edited row plus its position, the rest unchanged
+    stream = array(chart(at, "L0 residual stream in")["data"][0]["z"])
+    assert np.allclose(stream, edited["blocks.0.hook_resid_pre"][0], atol=1e-6)
+    assert not np.allclose(stream[3], stream_before[3], atol=1e-3)
+    assert np.allclose(np.delete(stream, 3, axis=0), np.delete(stream_before, 3, axis=0), atol=1e-7)
+    # and further on: with this session's settings (and so its edit) the Logits page shows the edited model's loss
+    import copy
+
+    from streamlit.testing.v1 import AppTest
+
+    from apphelp import PAGES, ROOT, TIMEOUT
+
+    logits = AppTest.from_file(str(ROOT / PAGES["logits"]), default_timeout=TIMEOUT)
+    logits.session_state["gptviz.settings"] = copy.deepcopy(at.session_state["gptviz.settings"])
+    logits = ok(logits.run())
+    assert metric(logits, "mean of −log p") == pytest.approx(loss_edited, abs=1e-5)
+    assert abs(metric(logits, "mean of −log p") - loss_plain) > 1e-3

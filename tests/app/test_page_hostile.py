@@ -1,10 +1,76 @@
-"""Every page, fed hostile input through the sidebar, shows a message rather than an exception."""
+"""Every page, fed hostile input through the sidebar, shows the message that input calls for (or, when it
+calls for none, the tokens it makes) rather than an exception, and with the tokenizer that was chosen."""
+import numpy as np
 import pytest
 
-from apphelp import PAGES, messages, page, set_sidebar
+from apphelp import PAGES, array, charts, messages, page, set_sidebar
 
 TEXTS = ["", "   \n\t ", "🙂🚀👩‍👩‍👧‍👦 emoji", "مرحبا بالعالم שלום", "\x00\x01\x1b[31mred\x7f", "<|endoftext|>",
          "x" * 100_000, "\n".join(f"line {i}" for i in range(40))]
+EMPTY = "The text is empty: type at least one line. Showing the example sentence instead."
+LONG = ("Line 1 has 100,000 characters, far more than the model's context (block_size=32) can hold: it was cut to "
+        "its first 32 tokens.")
+MANY_LINES = "The text has 40 lines; only the first 16 are used as the batch."
+TEXT_NOTICES = ("The text is empty", "Not in this tokenizer's vocabulary", "Line 1 has", "The text has")
+
+
+def char_bpe():
+    from gptviz import get_tokenizer
+
+    return get_tokenizer("char-bpe", num_merges=20, lowercase=True)  # the sidebar's default tokenizer
+
+
+def expected_char_bpe(text: str) -> tuple[list[str], list[str], tuple[int, int]]:
+    """(warnings, info messages, (positions of the shown row 0, T of the padded batch)) that ``text`` calls for with the default char BPE
+    tokenizer and the default model (block_size 32). Unknown characters are found from the vocabulary itself."""
+    from gptviz.data import DEFAULT_PROMPT
+
+    tok = char_bpe()
+    lines = [t for t in text.splitlines() if t.strip()]
+    if not lines:
+        n = len(tok.encode(DEFAULT_PROMPT))
+        return [EMPTY], [], (n, n)
+    infos = []
+    if text == TEXTS[6]:
+        infos.append(LONG)
+    if text == TEXTS[7]:
+        infos.append(MANY_LINES)
+    unknown = list(dict.fromkeys(ch for line in lines[:16] for ch in line.lower().replace("<|endoftext|>", "")
+                                 if ch not in tok.vocab))  # <|endoftext|> is one token, not 13 characters
+    if unknown:
+        infos.append("Not in this tokenizer's vocabulary, so left out: " + " ".join(map(repr, unknown)) + ".")
+    lengths = [min(len(tok.encode(line)), 32) for line in lines[:16]]
+    return [], infos, (lengths[0], max(lengths))
+
+
+# GPT-2's encoding of each text (fixed forever): the example sentence "the cat sat on the mat." for the blank ones
+GPT2_POSITIONS = {"": 7, "   \n\t ": 7, TEXTS[2]: 20, TEXTS[3]: 18, TEXTS[4]: 8, "<|endoftext|>": 1}  # one line each
+
+
+def positions_shown(at, name: str, positions: tuple[int, int]) -> bool:
+    """Whether the page draws as many token positions as the text makes, read from what it shows: the padded
+    token grid's T on Tokens, else the rows of the first heatmap (every position of batch row 0)."""
+    if name == "tokens":
+        return array(charts(at)[0]["data"][0]["z"]).shape[1] == positions[1]
+    z = next(c["data"][0]["z"] for c in charts(at) if c["data"][0].get("type") == "heatmap")
+    return np.atleast_2d(array(z)).shape[0] == positions[0]
+
+
+def check(at, name, text, vocab: str, warnings, infos, positions):
+    where = (name, repr(text[:20]))
+    assert not at.exception, (*where, [e.message for e in at.exception])
+    assert [e.value for e in at.error] == [], where
+    # the tokenizer asked for is the one used: no fallback, its vocabulary in the sidebar
+    assert any(c.value.startswith(f"vocab_size = {vocab}, set by the tokenizer") for c in at.sidebar.caption), (
+        *where, [c.value for c in at.sidebar.caption])
+    assert [w.value for w in at.warning] == warnings, where
+    shown = [i.value for i in at.info]
+    for m in infos:
+        assert m in shown, (*where, m, shown)
+    if not infos:  # a text that calls for no message gets none about the text
+        assert not any(m.startswith(TEXT_NOTICES) for m in shown), (*where, shown)
+    if name != "generation":  # Generation has its own prompt box, seeded once from the sidebar
+        assert positions_shown(at, name, positions), (*where, positions)
 
 
 @pytest.mark.parametrize("name", list(PAGES))
@@ -12,8 +78,17 @@ def test_hostile_texts_on_every_page(name):
     at = page(name)
     for text in TEXTS:
         at = set_sidebar(at, "text", text)
-        assert not at.exception, (name, repr(text[:20]), [e.message for e in at.exception])
-    assert "the first 16 are used" in messages(at)  # the 40-line text
+        check(at, name, text, "76", *expected_char_bpe(text))
+
+
+def test_the_expected_messages_are_worked_out_right():
+    """The expectations themselves, spelled out for the texts whose message is easy to read."""
+    assert expected_char_bpe("")[0] == [EMPTY] and expected_char_bpe("   \n\t ")[0] == [EMPTY]
+    assert expected_char_bpe(TEXTS[6])[1] == [LONG] and expected_char_bpe(TEXTS[6])[2] == (32, 32)
+    assert expected_char_bpe(TEXTS[7])[1] == [MANY_LINES]
+    assert expected_char_bpe("<|endoftext|>") == ([], [], (1, 1))
+    assert expected_char_bpe(TEXTS[4])[1] == [
+        "Not in this tokenizer's vocabulary, so left out: '\\x00' '\\x01' '\\x1b' '[' '\\x7f'."]
 
 
 @pytest.mark.parametrize("name", ["home", "attention", "logits", "generation"])
@@ -21,7 +96,9 @@ def test_hostile_texts_with_gpt2_tokens(name):
     at = set_sidebar(page(name), "tokenizer", "gpt2")
     for text in TEXTS[:6]:
         at = set_sidebar(at, "text", text)
-        assert not at.exception, (name, repr(text[:20]))
+        # GPT-2 reads every byte: only the blank texts call for a message; the others show their GPT-2 tokens
+        n = GPT2_POSITIONS[text]
+        check(at, name, text, "50,257", [EMPTY] if not text.strip() else [], [], (n, n))
 
 
 def test_a_model_over_the_size_cap_is_refused_with_a_message():

@@ -1,3 +1,5 @@
+import pytest
+
 from apphelp import ok, page, set_sidebar
 
 
@@ -28,20 +30,70 @@ def test_jump_to_any_step_and_state_survives_a_config_change():
     assert "loss" in last
 
 
-def test_a_step_can_be_edited_and_later_steps_follow():
+def engine_run(edit_name=None, index=(), values=None):
+    """The page's default model and text run with plain ``GPT.run`` and a hand-written hook that writes
+    ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
+    import torch
+    import torch.nn.functional as F
+
+    from gptviz import GPT, encode_batch, get_tokenizer, preset
+    from gptviz.data import DEFAULT_PROMPT
+
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+    seen = {}
+
+    def rec(name, x):
+        if name == edit_name:
+            x = x.clone()
+            x[tuple(index)] = torch.tensor(values, dtype=x.dtype)
+        seen[name] = x.detach().numpy()
+        return x
+
+    with torch.no_grad():
+        logits = GPT(cfg).run(b.x, b.attention_mask, rec=rec)
+    loss = F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100)
+    return seen, float(loss)
+
+
+def _show(at, hook):
+    sel = at.selectbox(key="step.jump")
+    return sel.set_value([k for k, o in enumerate(sel.options) if o.endswith(" · " + hook)][0]).run()
+
+
+def _z(at, title):
     from apphelp import array, chart
 
-    at = page("step")
-    sel = at.selectbox(key="step.jump")
-    i = [k for k, o in enumerate(sel.options) if "blocks.1.hook_resid_pre" in o][0]
-    at = sel.set_value(i).run()
+    return array(chart(at, title)["data"][0]["z"])
+
+
+def test_a_step_can_be_edited_and_later_steps_follow():
+    import numpy as np
+
+    plain, loss_plain = engine_run()
+    edited, loss_edited = engine_run("blocks.1.hook_resid_pre", (0, 2), [3.0] * 16)
+    assert abs(loss_edited - loss_plain) > 1e-3  # the edit matters to the loss, so the comparison can fail
+
+    at = _show(page("step"), "blocks.1.hook_resid_pre")
     assert any("Edit this step" in e.label for e in at.expander)
-    before = array(chart(at, "L1 residual stream in")["data"][0]["z"])
+    before = _z(at, "L1 residual stream in")
+    post_before = _z(_show(at, "blocks.1.hook_resid_post"), "L1 residual after MLP")
+    loss_before = _z(_show(at, "hook_loss"), "loss").item()
+    assert np.allclose(post_before, plain["blocks.1.hook_resid_post"][0], atol=1e-5)
+    assert loss_before == pytest.approx(loss_plain, abs=1e-5)
+
     s = at.session_state["gptviz.settings"]
     s["edits"] = {"set": [{"name": "blocks.1.hook_resid_pre", "index": [0, 2], "values": [3.0] * 16}], "heads_off": []}
-    at.run()
+    at = _show(at, "blocks.1.hook_resid_pre")
     ok(at)
-    after = array(chart(at, "L1 residual stream in")["data"][0]["z"])
-    assert (after[2] == 3.0).all() and (after[:2] == before[:2]).all()
-    at = at.selectbox(key="step.jump").set_value(len(sel.options) - 1).run()  # the loss, downstream of the edit
+    after = _z(at, "L1 residual stream in")
+    assert (after[2] == 3.0).all() and (after[:2] == before[:2]).all() and (after[3:] == before[3:]).all()
+    # later steps: the layer's output and the loss, as the model computes them with the same edit
+    post_after = _z(_show(at, "blocks.1.hook_resid_post"), "L1 residual after MLP")
+    assert np.allclose(post_after, edited["blocks.1.hook_resid_post"][0], atol=1e-5)
+    assert np.allclose(post_after[:2], post_before[:2], atol=1e-6)  # earlier positions cannot see position 2
+    assert not np.allclose(post_after[2:], post_before[2:], atol=1e-3)
+    at = _show(at, "hook_loss")
     assert at.title[0].value.endswith("loss")
+    assert _z(at, "loss").item() == pytest.approx(loss_edited, abs=1e-5)

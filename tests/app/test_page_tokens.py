@@ -1,3 +1,5 @@
+import pytest
+
 from apphelp import charts, messages, ok, page, set_sidebar, titles
 
 
@@ -32,14 +34,46 @@ def test_bad_inputs_become_messages():
     assert "cut" in messages(at) and "block_size" in messages(at)
 
 
-def test_gpt2_tokenizer_and_an_unavailable_encoding():
+def test_gpt2_and_o200k_load_from_the_shipped_files():
     at = set_sidebar(page("tokens"), "tokenizer", "gpt2")
     ok(at)
-    assert any("50,257" in c.value for c in at.caption)
-    at = set_sidebar(at, "tokenizer", "o200k_base")
+    assert any("vocab_size = 50,257, set by the tokenizer" in c.value for c in at.sidebar.caption)
+    at = set_sidebar(set_sidebar(at, "tokenizer", "o200k_base"), "text", "hello world")
     ok(at)
-    assert "could not be loaded" in messages(at) and "char BPE" in messages(at)
+    assert "could not be" not in messages(at) and "char BPE" not in messages(at)
+    assert any("vocab_size = 200,019, set by the tokenizer" in c.value for c in at.sidebar.caption)
+    assert titles(at)[0].startswith("x: the input ids, B=1 × T=2")
+    assert charts(at)[0]["data"][0]["text"] == [["hello<br>24912", "␣world<br>2375"]]  # o200k's ids for "hello world"
+    assert at.selectbox(key="w.tokenizer").value == "o200k_base"
+
+
+@pytest.fixture
+def damaged_vocabularies(monkeypatch, tmp_path):
+    """The shipped vocabulary files replaced by a folder holding one damaged file (o200k) and no others, with
+    nothing loaded or cached yet in this process; everything put back afterwards."""
+    import gzip
+
+    import gptviz.tokenizers as tk
+    from gptviz.ui import resources
+
+    (tmp_path / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"aGVsbG8= 0\n"))
+    monkeypatch.setattr(tk, "TIKTOKEN_DIR", tmp_path)
+    monkeypatch.setattr(tk, "_ENCODINGS", {})
+    resources.tokenizer_for.clear()
+    yield tmp_path
+    resources.tokenizer_for.clear()  # so no other test sees a cached failure
+
+
+def test_a_vocabulary_that_cannot_load_is_a_message_and_the_choice_is_kept(damaged_vocabularies):
+    at = set_sidebar(page("tokens"), "tokenizer", "o200k_base")
+    ok(at)
+    msg = messages(at)
+    assert "The o200k_base vocabulary file o200k_base.tiktoken.gz is damaged" in msg and "char BPE" in msg
+    assert any("vocab_size = 76, set by the tokenizer" in c.value for c in at.sidebar.caption)  # the fallback
     assert at.selectbox(key="w.tokenizer").value == "o200k_base"  # the user's choice is kept
+    at = set_sidebar(at, "tokenizer", "cl100k_base")  # missing altogether
+    ok(at)
+    assert "The cl100k_base vocabulary file cl100k_base.tiktoken.gz could not be read" in messages(at)
 
 
 def test_merges_slider_changes_the_tokens():

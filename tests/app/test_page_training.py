@@ -36,7 +36,23 @@ def test_text_on_a_short_user_text_is_a_message():
     assert "too short to train on" in messages(at)
 
 
-def test_bad_learning_rate_is_refused_by_the_widget_range():
+def test_bad_learning_rate_is_refused_with_a_message():
     at = page("training")
     at.selectbox(key="train.task").set_value("induction").run()
-    assert at.number_input(key="train.lr.induction").value == 0.01
+    assert at.number_input(key="train.lr.induction").value == 0.01  # the task's default
+    for lr in (0.0, -0.01, 5.0, 100.0):
+        at = page("training")
+        at.number_input(key="train.steps.sort").set_value(2)
+        at.number_input(key="train.lr.sort").set_value(lr)
+        at = [b for b in at.button if "Start training" in b.label][0].click().run()
+        assert not at.exception, [e.message for e in at.exception]
+        assert [e.value for e in at.error] == [
+            f"Can't train with these settings: the learning rate {lr:g} is out of range: choose one above 0 and at "
+            "most 1 (this task's default is 0.003)"], lr
+        assert not at.success and not at.session_state["gptviz.settings"].get("model_key"), lr  # nothing trained
+    # the largest rate allowed trains
+    at = page("training")
+    at.number_input(key="train.steps.sort").set_value(2)
+    at.number_input(key="train.lr.sort").set_value(1.0)
+    at = [b for b in at.button if "Start training" in b.label][0].click().run()
+    assert not at.error and any("Trained for 2 steps" in m.value for m in at.success)

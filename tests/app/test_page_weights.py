@@ -66,11 +66,44 @@ def test_bad_uploads_are_messages_with_no_side_effect(tmp_path):
     assert not marker.exists()
 
 
-def test_hub_download_offline_says_why():
+OFFLINE_MSG = ("GPT-2 could not be downloaded: the Hugging Face hub is not reachable from this machine (offline?) "
+               "and it is not in the local cache. (OSError)")
+
+
+def test_hub_download_offline_says_why(monkeypatch, tmp_path):
+    """Offline made explicit, so the test is the same on a machine with network or without, and never starts a
+    548 MB download: the hub is offline (HF_HUB_OFFLINE), its cache is an empty folder, and any download the
+    hub still tried would fail the test."""
+    import huggingface_hub
+    import huggingface_hub.constants
+    import huggingface_hub.file_download
+    import transformers  # a dev requirement: the page's "needs transformers" branch is not what this tests
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    tried = []
+
+    def no_download(*a, **k):
+        tried.append(a)
+        raise AssertionError("a hub download was started")
+
+    monkeypatch.setattr(huggingface_hub.file_download, "http_get", no_download)
+    real = transformers.GPT2LMHeadModel.from_pretrained.__func__
+    calls = []
+
+    def offline_from_pretrained(cls, name, *a, **k):  # the real loader, with an empty cache, offline
+        calls.append(name)
+        return real(cls, name, *a, **{**k, "cache_dir": str(tmp_path), "local_files_only": True})
+
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "from_pretrained", classmethod(offline_from_pretrained))
+
     at = page("weights")
+    before = status(at)
     at = [b for b in at.button if b.label == "Load GPT-2 small"][0].click().run()
     ok(at)
-    assert "could not be downloaded" in messages(at) or "transformers" in messages(at)
+    assert calls == ["gpt2"] and not tried
+    assert [e.value for e in at.error] == [OFFLINE_MSG]
+    assert status(at) == before  # still the same model
 
 
 def test_a_huge_upload_is_refused_before_it_is_read(monkeypatch):
