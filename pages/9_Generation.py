@@ -2,10 +2,13 @@
 import streamlit as st
 
 from gptviz.ui import page_setup
+from gptviz.ui.nav import decoder_only
 from gptviz.ui.sections import generation as sec
 
 ctx = page_setup("Generation", ":material/edit_note:")
 st.title("Generation")
+if not decoder_only(ctx, "Step-by-step generation"):
+    st.stop()
 sec.pattern(ctx, key="gen")
 sec.distribution(ctx, key="gen")
 

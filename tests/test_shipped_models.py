@@ -32,7 +32,7 @@ def base():
 
 
 def held_out(ck) -> dict:
-    task = ShakespeareTask(block_size=ck.config.block_size)
+    task = ShakespeareTask(block_size=ck.config.block_size, run_len=(1, ck.config.block_size // 2))
     return task.validation(ck.model)
 
 
