@@ -292,7 +292,8 @@ def line_chart(series: dict[str, Sequence[float]], x: Optional[Sequence[float]] 
         data.append(dict(type="scatter", x=xs, y=list(ys), mode="lines", name=name, yaxis="y2",
                          line=dict(dash="dot", width=3)))
     if y2:
-        layout["yaxis2"] = dict(overlaying="y", side="right", range=[0, 1], title=dict(text="score"), showgrid=False)
+        layout["yaxis2"] = dict(overlaying="y", side="right", range=[0, 1], title=dict(text="score"), showgrid=False,
+                                tickvals=[0, 0.25, 0.5, 0.75, 1])
         layout["legend"] = dict(font=TICK_FONT, orientation="h", y=-0.2)
     layout["shapes"], layout["annotations"] = shapes, notes
     return _figure(data, layout)
@@ -405,7 +406,8 @@ def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Opti
                 customdata=hover if hover is not None else text,
                 hovertemplate="layer %{y} · head %{x}<br>%{customdata}<extra></extra>")
     layout = _base_layout(title, height or int(min(560, max(220, 70 * L + 120))),
-                          xaxis=_axis("head", type="category", side="top"),
+                          xaxis=_axis("", type="category", side="top"),
                           yaxis=_axis("layer", reverse=True, type="category"))
-    layout["margin"] = dict(l=10, r=10, t=90, b=10)
+    layout["margin"] = dict(l=10, r=10, t=80, b=10)
+    layout["title"]["y"] = 0.98  # above the head labels, which sit on top
     return _figure([main], layout)

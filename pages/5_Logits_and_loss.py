@@ -2,6 +2,7 @@
 import streamlit as st
 
 from gptviz.ui import page_setup
+from gptviz.ui.nav import link
 from gptviz.ui.sections import logits as sec
 
 ctx = page_setup("Logits & loss", ":material/bar_chart:")
@@ -22,6 +23,9 @@ sec.target(ctx, key="tp")
 
 st.subheader("4 · The loss: their mean")
 sec.loss(ctx, key="loss")
+
+link("pages/11_Who_did_it.py", "Which layers and heads made these predictions? Logit lens, attribution and patching",
+     ":material/insights:")
 
 st.subheader("Top predictions at each position")
 sec.top(ctx, key="top")

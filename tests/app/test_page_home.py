@@ -76,3 +76,27 @@ def test_a_task_model_is_scored_on_the_positions_its_task_scores():
     uniform = metric(at, "Uniform guess ln V")
     assert scored < uniform < every  # the task is done well; the random first half is what looks worse
     assert any("scored only from the first repeated token" in c.value for c in at.caption)
+
+
+def test_the_app_opens_on_the_trained_shakespeare_model_and_can_show_it_untrained():
+    from gptviz import corpus, load_checkpoint, trace
+    from gptviz.ui.resources import CHECKPOINTS
+
+    at = ok(page("home", opening=True))
+    assert not at.error and not at.warning, messages(at)
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    assert at.text_area(key="w.text").value == corpus.HELD_OUT_LINE  # a line from a play it never saw
+    cap = " ".join(c.value for c in at.sidebar.caption)
+    assert f"{ck.model.num_params():,} parameters" in cap and f"vocab_size = {ck.config.vocab_size:,}" in cap
+    import torch
+
+    ids = torch.tensor([ck.tokenizer.encode(corpus.HELD_OUT_LINE)])
+    want = float(trace(ck.model, ids[:, :-1], targets=ids[:, 1:]).loss)
+    trained = metric(at, "Loss on your text")
+    assert trained == pytest.approx(want, abs=2e-3) and trained < metric(at, "Uniform guess ln V") - 2
+    # one switch: the same shape, freshly initialised, guesses about uniformly
+    at.toggle(key="w.untrained").set_value(True).run()
+    ok(at)
+    assert f"{ck.model.num_params():,} parameters" in " ".join(c.value for c in at.sidebar.caption)
+    assert metric(at, "Loss on your text") == pytest.approx(metric(at, "Uniform guess ln V"), abs=0.3)
+    assert at.query_params["untrained"] == "True"

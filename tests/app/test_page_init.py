@@ -23,7 +23,9 @@ def one_thread():
 
 
 def init_page() -> AppTest:
-    return AppTest.from_file(str(ROOT / "pages/12_Initialisation.py"), default_timeout=180).run()
+    at = AppTest.from_file(str(ROOT / "pages/12_Initialisation.py"), default_timeout=180)
+    at.query_params["preset"] = "default"  # the configurable model, not the app's opening checkpoint
+    return at.run()
 
 
 def clean(at: AppTest) -> AppTest:

@@ -26,6 +26,7 @@ LESSONS = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "
 
 def open_page(**query) -> AppTest:
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    query.setdefault("preset", "default")  # the configurable model unless a test names another
     for k, v in query.items():
         at.query_params[k] = str(v)
     return at.run()

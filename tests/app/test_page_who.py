@@ -14,6 +14,7 @@ PAGE = "pages/11_Who_did_it.py"
 
 def who(**query) -> AppTest:
     at = AppTest.from_file(str(ROOT / PAGE), default_timeout=TIMEOUT)
+    query.setdefault("preset", "default")  # the configurable model unless a test names another
     for k, v in query.items():
         at.query_params[k] = str(v)
     return at.run()

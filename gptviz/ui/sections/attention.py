@@ -301,7 +301,7 @@ def head_detector(ctx, *, key: str = "det") -> None:
     L, H = best.shape
     hover = np.array([["<br>".join(f"{k}: {scores[k][l, h]:.2f}" for k in scores) for h in range(H)] for l in range(L)],
                      dtype=object)
-    fig = figures.head_grid(best, best_kind, "What each head does (best score; click a head to open it)", hover)
+    fig = figures.head_grid(best, best_kind, "What each head does", hover)
     ev = plot(ctx, fig, key=key, on_select="rerun", selection_mode="points")
     pts = (ev or {}).get("selection", {}).get("points", []) if ev else []
     clicked = (int(str(pts[0]["y"]).lstrip("L")), int(str(pts[0]["x"]).lstrip("H"))) if pts else None
@@ -310,7 +310,8 @@ def head_detector(ctx, *, key: str = "det") -> None:
         if clicked is not None and clicked != (ctx.layer, ctx.head):
             _open_head(ctx.s, *clicked)
             st.rerun()
-    c1, c2 = st.columns([1, 2])
+    st.caption("Each cell: the head's best-scoring kind and its score (0 to 1). Click a cell to open that head.")
+    c1, c2 = st.columns([3, 2])
     pick = f"{key}.pick"
     st.session_state[pick] = ctx.layer * H + (ctx.head or 0)  # follows the sidebar and clicks
     c1.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),

@@ -1,0 +1,26 @@
+"""The HTML report as a download: the page's model, text, layer and head in one file that opens offline."""
+from __future__ import annotations
+
+import streamlit as st
+
+from . import section
+
+
+@section("report.download")
+def download(ctx, *, key: str = "report") -> None:
+    """A download button for ``gptviz.report``'s self-contained HTML report of this view (config, parameters,
+    every step of the chosen layer and head with its formula and sentence, the loss). The file is built only
+    when the button is clicked."""
+    from ...report import report_filename, report_html
+
+    # The trace and the model are cached and already at hand on any page that draws a chart; taking them now
+    # means the click's callable (run outside this script run) touches no Streamlit cache.
+    tr, model = ctx.trace(), ctx.model
+    head = "every head" if ctx.head is None else f"head {ctx.head}"
+    st.download_button(
+        f"⬇ Report: layer {ctx.layer}, {head} (HTML, works offline)",
+        data=lambda: report_html(ctx, trace=tr, model=model).encode("utf-8"),
+        file_name=report_filename(ctx), mime="text/html", key=f"{key}.html", on_click="ignore",
+        help="One HTML file (about 5 MB, most of it plotly.js) with the config and parameter table, every step of "
+             "this layer as a heatmap with its formula and sentence, and the loss taken apart. It needs no network, "
+             "and each chart's toolbar saves a PNG or an SVG.")
