@@ -76,7 +76,7 @@ def _height(n_rows: int) -> int:
 
 
 def _mask_trace(masked: np.ndarray, x=None, y=None, **extra) -> dict:
-    t = dict(type="heatmap", z=np.where(masked, 1.0, np.nan), showscale=False, name="masked",
+    t = dict(type="heatmap", z=np.where(masked, 1.0, np.nan), showscale=False, name="masked", hoverongaps=False,
              colorscale=[[0, MASK_COLOR], [1, MASK_COLOR]], zmin=0, zmax=1, hovertemplate="masked<extra></extra>")
     if x is not None:
         t["x"], t["y"] = x, y
@@ -95,13 +95,29 @@ def _unique(labels: Sequence[str]) -> list[str]:
     return out
 
 
+def cell_points(xs: Sequence, ys: Sequence, hover: Sequence[Sequence[str]]) -> dict:
+    """An invisible point at the centre of every cell of a heatmap, carrying that cell's hover text.
+
+    plotly.js cannot select a heatmap cell (a heatmap trace has no point selection), so in Streamlit's
+    ``selection_mode="points"`` a click on a heatmap alone returns no point. A click on a cell selects this
+    cell's point instead: its ``x`` and ``y`` are the cell's column and row. ``hover[r][c]`` is cell (r, c)'s
+    hover text (the heatmap's own hover is switched off, so there is one label, the same as before)."""
+    R, C = len(ys), len(xs)
+    return dict(type="scatter", mode="markers", name="cells", showlegend=False,
+                x=[xs[c] for r in range(R) for c in range(C)], y=[ys[r] for r in range(R) for c in range(C)],
+                text=[hover[r][c] for r in range(R) for c in range(C)], hovertemplate="%{text}<extra></extra>",
+                marker=dict(symbol="square", size=28, opacity=0), selected=dict(marker=dict(opacity=0)),
+                unselected=dict(marker=dict(opacity=0)))
+
+
 def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_title: str = "",
             height: Optional[int] = None, highlight_row: Optional[int] = None,
-            highlight_col: Optional[int] = None) -> go.Figure:
+            highlight_col: Optional[int] = None, clickable: bool = False) -> go.Figure:
     """One step as a heatmap: rows are positions (tokens), columns whatever the step's last axis is.
 
     Each row and column is a category named by its hover label (e.g. "3: 'the'"), so tokens that repeat
-    stay distinct cells; the ticks show the plain token.
+    stay distinct cells; the ticks show the plain token. ``clickable``: a click on a cell selects it in
+    Streamlit's points selection mode (see ``cell_points``).
     """
     z = np.asarray(m.values, dtype=float)
     nr, nc = z.shape
@@ -128,6 +144,15 @@ def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_titl
     shapes = outline_shapes(nr, nc, highlight_row, highlight_col)
     if shapes:
         layout["shapes"] = shapes
+    if clickable:
+        rt, ct = m.row_title or "row", m.col_title or "column"
+        masked = m.masked if m.masked is not None else np.zeros(z.shape, dtype=bool)
+        hover = [[f"{rt} {ys[r]}<br>{ct} {xs[c]}<br>" + ("masked: this key is in the future or is padding"
+                                                          if masked[r, c] else f"value {z[r, c]:.4g}")
+                  for c in range(nc)] for r in range(nr)]
+        for t in data:
+            t["hoverinfo"] = "skip"
+        data.append(cell_points(xs, ys, hover))
     return _figure(data, layout)
 
 
@@ -320,49 +345,72 @@ def token_chips_html(labels: Sequence[str], ids: Sequence[int], pad_from: Option
     return "".join(out)
 
 
-def architecture_dot(cfg: ModelConfig, B: int, T: int) -> str:
-    """The model as a Graphviz pipeline, each arrow labelled with the live tensor shape."""
+def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
+    """The model as a pipeline of boxes, top to bottom: each {"lines", "fill", "edge"} where ``edge`` is the
+    live tensor shape on the arrow into the box (and ``side`` a box feeding in from the side)."""
     C, V, H, D, M, L = cfg.n_embd, cfg.vocab_size, cfg.n_head, cfg.d_head, cfg.d_mlp, cfg.n_layer
     pre = cfg.norm_placement == "pre"
     norm = "LayerNorm" if cfg.norm == "layernorm" else "RMSNorm"
     pos = {"learned": f"wpe: learned [{cfg.block_size}×{C}]", "sinusoidal": f"sin/cos table [{cfg.block_size}×{C}]",
            "rope": "RoPE (inside attention)", "none": "no position signal"}[cfg.pos_encoding]
     act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU", "tanh": "tanh"}[cfg.activation]
-    lines = [
-        "digraph G {", "rankdir=TB; node [shape=box, style=\"rounded,filled\", fillcolor=\"#eef3fb\", fontsize=14, fontname=Helvetica];",
-        "edge [fontsize=12, fontname=Helvetica];",
-        f'idx [label="token ids x\\n[B={B} × T={T}]", fillcolor="#fff3d6"];',
-        f'wte [label="wte: token embedding\\n[V={V} × C={C}]"];',
-    ]
+    parts = [dict(lines=["token ids x", f"[B={B} × T={T}]"], fill="#fff3d6", edge=None),
+             dict(lines=["wte: token embedding", f"[V={V} × C={C}]"], fill="#eef3fb", edge=None)]
     if cfg.pos_encoding in ("learned", "sinusoidal"):
-        lines += [f'wpe [label="{pos}"];', 'add0 [label="+", shape=circle];',
-                  f'idx -> wte; wte -> add0 [label="[{B}×{T}×{C}]"]; wpe -> add0 [label="[{T}×{C}]"];']
-        prev = "add0"
-    else:
-        lines += ["idx -> wte;"]
-        prev = "wte"
+        parts.append(dict(lines=["+"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]", side=(pos, f"[{T}×{C}]")))
     attn_in = f"{norm} ln_1 → " if pre else ""
     mlp_in = f"{norm} ln_2 → " if pre else ""
-    block = (f'block [label="× {L} block{"s" if L > 1 else ""}\\n'
-             f'{attn_in}attention: {H} head{"s" if H > 1 else ""} × d_head={D}\\n'
-             f'QKV [{B}×{T}×{3 * H * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual'
-             + ("" if pre else f" → {norm} ln_1")
-             + ("\\n(attention only: no MLP)" if cfg.attn_only else
-                "\\n" + f'{mlp_in}MLP: {C} → {M} ({act}) → {C} → + residual' + ("" if pre else f" → {norm} ln_2"))
-             + '", fillcolor="#e8f5e9"];')
-    lines += [block, f'{prev} -> block [label="[{B}×{T}×{C}]"];']
+    block = [f"× {L} block{'s' if L > 1 else ''}",
+             f"{attn_in}attention: {H} head{'s' if H > 1 else ''} × d_head={D}",
+             f"QKV [{B}×{T}×{3 * H * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual"
+             + ("" if pre else f" → {norm} ln_1")]
+    block.append("(attention only: no MLP)" if cfg.attn_only else
+                 f"{mlp_in}MLP: {C} → {M} ({act}) → {C} → + residual" + ("" if pre else f" → {norm} ln_2"))
+    parts.append(dict(lines=block, fill="#e8f5e9", edge=f"[{B}×{T}×{C}]"))
     if pre:
-        lines += [f'lnf [label="{norm} ln_f"];', f'block -> lnf [label="[{B}×{T}×{C}]"];']
-        prev = "lnf"
-    else:
-        prev = "block"
+        parts.append(dict(lines=[f"{norm} ln_f"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]"))
     tied = " (tied to wte)" if cfg.tie_weights else ""
-    lines += [
-        f'head [label="lm_head{tied}\\n[C={C} × V={V}]"];', f'{prev} -> head [label="[{B}×{T}×{C}]"];',
-        'loss [label="softmax → cross-entropy loss", fillcolor="#fdecea"];',
-        f'head -> loss [label="logits [{B}×{T}×{V}]"];', "}",
-    ]
-    return "\n".join(lines)
+    parts.append(dict(lines=[f"lm_head{tied}", f"[C={C} × V={V}]"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]"))
+    parts.append(dict(lines=["softmax → cross-entropy loss"], fill="#fdecea", edge=f"logits [{B}×{T}×{V}]"))
+    return parts
+
+
+def architecture_dot(cfg: ModelConfig, B: int, T: int) -> str:
+    """The model as a Graphviz pipeline, each arrow labelled with the live tensor shape."""
+    lines = ["digraph G {", "rankdir=TB; node [shape=box, style=\"rounded,filled\", fontsize=14, fontname=Helvetica];",
+             "edge [fontsize=12, fontname=Helvetica];"]
+    for i, p in enumerate(architecture_parts(cfg, B, T)):
+        label = "\\n".join(p["lines"])
+        shape = ", shape=circle" if p["lines"] == ["+"] else ""
+        lines.append(f'n{i} [label="{label}", fillcolor="{p["fill"]}"{shape}];')
+        if i:
+            lines.append(f"n{i - 1} -> n{i}" + (f' [label="{p["edge"]}"]' if p["edge"] else "") + ";")
+        if p.get("side"):
+            lines += [f's{i} [label="{p["side"][0]}", fillcolor="#eef3fb"];', f's{i} -> n{i} [label="{p["side"][1]}"];']
+    return "\n".join(lines + ["}"])
+
+
+def architecture_html(cfg: ModelConfig, B: int, T: int) -> str:
+    """The same pipeline as HTML boxes and arrows: quick for a browser to draw (no layout engine)."""
+    out = ['<div style="display:flex;flex-direction:column;align-items:center;gap:0;font-size:17px;'
+           'line-height:1.35;font-family:sans-serif">']
+    for p in architecture_parts(cfg, B, T):
+        if p["edge"] is not None or len(out) > 1:
+            label = html.escape(p["edge"] or "")
+            out.append('<div style="display:flex;flex-direction:column;align-items:center;color:#555;font-size:14px">'
+                       f'<div style="width:2px;height:14px;background:#555"></div>{label}'
+                       '<div style="width:0;height:0;border-left:7px solid transparent;border-right:7px solid '
+                       'transparent;border-top:9px solid #555"></div></div>')
+        side = ""
+        if p.get("side"):
+            side = (f'<div style="border:1px solid #999;border-radius:10px;background:#eef3fb;padding:6px 12px;'
+                    f'margin-right:10px">{html.escape(p["side"][0])}</div><span style="color:#555;font-size:14px;'
+                    f'margin-right:10px">{html.escape(p["side"][1])} →</span>')
+        body = "<br>".join(html.escape(x) for x in p["lines"])
+        out.append(f'<div style="display:flex;align-items:center">{side}<div style="border:1px solid #999;'
+                   f'border-radius:12px;background:{p["fill"]};padding:8px 16px;text-align:center">{body}</div></div>')
+    out.append("</div>")
+    return "".join(out)
 
 
 def token_grid(tokens: Sequence[Sequence[str]], ids: np.ndarray, mask: np.ndarray, title: str = "",

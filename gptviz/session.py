@@ -68,6 +68,7 @@ def defaults() -> dict[str, Any]:
         "show_values": False,
         "step": 0,
         "untrained": False,
+        "export_format": "png",
     }
     d.update(_config_settings(PRESETS["default"]))
     return d

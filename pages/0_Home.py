@@ -4,6 +4,7 @@ import streamlit as st
 
 from gptviz import figures
 from gptviz.ui import loss_metrics, page_links, page_setup, step_heatmap
+from gptviz.ui.sections import get
 
 ctx = page_setup("Home", ":material/home:")
 tr = ctx.trace()
@@ -28,7 +29,7 @@ page_links()
 
 st.subheader("The model, with the shapes of your batch")
 B, T = ctx.batch.x.shape
-st.graphviz_chart(figures.architecture_dot(cfg, B, T), width="stretch")
+st.markdown(figures.architecture_html(cfg, B, T), unsafe_allow_html=True)
 st.caption(
     f"B={B} rows · T={T} positions · n_embd={cfg.n_embd} · n_head={cfg.n_head} · d_head={cfg.d_head} · "
     f"d_mlp={cfg.d_mlp} · vocab={cfg.vocab_size} · {cfg.n_layer} layer(s) · {cfg.norm}, {cfg.norm_placement}-norm · "
@@ -38,5 +39,9 @@ st.caption(
 st.subheader("Parameters")
 rows = ctx.model.parameter_table()
 df = pd.DataFrame([{"tensor": r["name"], "shape": " × ".join(map(str, r["shape"])), "count": r["count"]} for r in rows])
-st.dataframe(df, hide_index=True, width="stretch")
-st.download_button("⬇ Config (JSON)", cfg.to_json(), file_name="gptviz-config.json", mime="application/json")
+with st.expander(f"All {len(df)} tensors", expanded=len(df) <= 16):
+    st.table(df.set_index("tensor"))
+c1, c2 = st.columns(2)
+with c2:
+    get("report.download")(ctx, key="home.report")
+c1.download_button("⬇ Config (JSON)", cfg.to_json(), file_name="gptviz-config.json", mime="application/json")

@@ -61,11 +61,14 @@ else:
 
 st.header("More views")
 views = ["Every layer × every head"] + ([] if kind == "cross" else ["Against a plain average"])
-view = st.segmented_control("View", views, default="Every layer × every head", key="att.more" if kind == "self" else "att.more.cross",
+view = st.segmented_control("View", views, default=None, key="att.more" if kind == "self" else "att.more.cross",
                             label_visibility="collapsed")
 if view == "Against a plain average":
     st.subheader("Why attention? Against a plain average")
     sec.average_vs_learned(ctx, key="avg")
-else:
+elif view == "Every layer × every head":
     st.subheader("Every layer × every head")
     sec.all_heads(ctx, key="overview", kind=kind)
+else:
+    st.caption("Pick a view to draw it: every head of every layer at once, or a plain average against the learned "
+               "weights. (Drawn on request, so the page stays quick on a projector.)")

@@ -11,15 +11,19 @@ st.title("Logits & loss")
 st.subheader("Probabilities of the next token")
 sec.probs(ctx, key="logits")
 
-if ctx.cfg.norm_placement == "pre":
-    st.subheader("1 · The final norm")
+st.header("Step by step")
+STEPS = (["1 · The final norm"] if ctx.cfg.norm_placement == "pre" else []) + [
+    "2 · Logits: a score for every token", "3 · The target's probability, −log p, and the loss per token"]
+step = st.radio("Step", STEPS, index=STEPS.index("2 · Logits: a score for every token"), horizontal=True,
+                key="logits.step", label_visibility="collapsed",
+                help="One step at a time keeps the page quick to draw; every step is here.")
+st.subheader(step)
+if step.startswith("1"):
     sec.final_norm(ctx, key="lf")
-
-st.subheader("2 · Logits: a score for every token")
-sec.logits(ctx, key="logits")
-
-st.subheader("3 · The target's probability, −log p, and the loss per token")
-sec.target(ctx, key="tp")
+elif step.startswith("2"):
+    sec.logits(ctx, key="logits")
+else:
+    sec.target(ctx, key="tp")
 
 st.subheader("4 · The loss: their mean")
 sec.loss(ctx, key="loss")

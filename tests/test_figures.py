@@ -150,6 +150,9 @@ def test_architecture_diagram_has_live_shapes():
     assert "[B=2 × T=9]" in dot and "V=70" in dot and "2 heads × d_head=8" in dot and "× 2 blocks" in dot
     post = figures.architecture_dot(preset("original-transformer"), 1, 4)
     assert "ln_f" not in post and "sin/cos" in post
+    html = figures.architecture_html(preset("default", vocab_size=70), B=2, T=9)
+    assert "[B=2 × T=9]" in html and "V=70" in html and "× 2 blocks" in html and html.count("border-top:9px") == 6
+    assert "no MLP" in figures.architecture_html(preset("default", vocab_size=70, attn_only=True), 1, 4)
 
 
 def test_colour_scales_are_explicit_and_point_the_right_way():

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 
 from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
@@ -232,4 +231,4 @@ def test_the_app_offers_the_report_as_a_download():
     proto = buttons[0].proto
     assert "Report: layer 1, head 0" in proto.label
     # built only when clicked: the page carries a deferred file, not the 5 MB of HTML
-    assert proto.HasField("deferred_file_id") or not getattr(proto, "url", "")
+    assert proto.HasField("deferred_file_id") and proto.deferred_file_id and not proto.url

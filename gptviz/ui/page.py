@@ -13,7 +13,7 @@ from ..session import BIG_MODEL_PARAMS, BIG_MODEL_T, CKPT_PREFIX, Ctx, Notice, r
 from ..tokenizers import TOKENIZER_NAMES
 from . import resources, state
 from .nav import PAGES, page_links  # noqa: F401 - re-exported
-from .widgets import selection_note
+from .widgets import EXPORT_FORMATS, selection_note
 
 CSS = """
 <style>
@@ -151,6 +151,9 @@ def sidebar(s: dict) -> None:
 
     sb.markdown("### View")
     _w("checkbox", "show_values", "Numbers in cells (small tensors)", s)
+    _w("radio", "export_format", "Chart download (camera button)", s, options=list(EXPORT_FORMATS),
+       format_func=EXPORT_FORMATS.get, horizontal=True,
+       help="What every chart's camera button saves. The HTML report (Home) has both on every chart.")
 
 
 def _view_selectors(ctx: Ctx) -> None:

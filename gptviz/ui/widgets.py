@@ -81,7 +81,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     by_pos = m.row_title in ("query", "position") and not m.note.startswith("rows")
     fig = figures.heatmap(m, t, show_values=ctx.s.get("show_values", False), height=height,
                           highlight_row=sel[0] if sel and by_pos else None,
-                          highlight_col=sel[1] if sel and pairwise else None)
+                          highlight_col=sel[1] if sel and pairwise else None, clickable=pairwise)
     chart_key = f"fig.{key}{name}{'.g' if grad else ''}"
     if pairwise:  # click a cell: select that query and key on every chart of the page
         ev = plot(ctx, fig, key=chart_key, on_select="rerun", selection_mode="points")
@@ -234,7 +234,20 @@ def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None
         st.caption("An untrained model scores close to ln V: it knows nothing yet.")
 
 
-EXPORT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 3}, "displaylogo": False}
+# What each chart's camera button saves. plotly.js has one image button, in one format: a second button needs a
+# JavaScript click function, which Streamlit's config (JSON) cannot carry. So the format is a choice (sidebar:
+# the sidebar's "Chart download" setting); the HTML report (gptviz.report) has both buttons on every chart.
+EXPORT_FORMATS = {"png": "PNG (3×, for a projector)", "svg": "SVG (vector)"}
+
+
+def export_config(fmt: str = "png", filename: str = "") -> dict:
+    opts = {"format": "svg"} if fmt == "svg" else {"format": "png", "scale": 3}
+    if filename:
+        opts["filename"] = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in filename)
+    return {"toImageButtonOptions": opts, "displaylogo": False}
+
+
+EXPORT_CONFIG = export_config("png")
 
 
 def _thin_ticks(fig, most_x: int, most_y: int) -> None:
@@ -256,7 +269,7 @@ def _thin_ticks(fig, most_x: int, most_y: int) -> None:
 
 
 def plot(ctx: Optional[Ctx], fig, key: str, **kw):
-    """Draw a figure in the view's style (presenter mode's larger text); the toolbar exports PNG at 3×."""
+    """Draw a figure in the view's style (presenter mode's larger text); the toolbar saves PNG at 3× or SVG."""
     style = getattr(ctx, "style", None) or {}
     if style.get("font_scale", 1.0) != 1.0:
         fig = figures.styled(fig, style["font_scale"])
@@ -264,7 +277,8 @@ def plot(ctx: Optional[Ctx], fig, key: str, **kw):
     top = style.get("max_height")  # presenter mode: every chart fits on a 720-pixel screen
     if top and (fig.layout.height or 0) > top:
         fig.layout.height = int(top)
-    return st.plotly_chart(fig, width="stretch", key=key, config=EXPORT_CONFIG, **kw)
+    fmt = str((getattr(ctx, "s", None) or {}).get("export_format", "png"))
+    return st.plotly_chart(fig, width="stretch", key=key, config=export_config(fmt, key), **kw)
 
 
 def _pos(label) -> Optional[int]:

@@ -12,7 +12,9 @@ def test_one_step_at_a_time_and_every_step_in_order():
     at = ok(page("attention"))
     radio = at.radio(key="s.pick")
     assert len(radio.options) == 13 and radio.value.startswith("1 · The norm")
-    assert len(at.get("plotly_chart")) == 4  # the head, the detector grid, one step, one overview: quick to draw
+    assert len(at.get("plotly_chart")) == 3  # the head, the detector grid, one step: quick to draw
+    at.segmented_control(key="att.more").set_value("Every layer × every head").run()
+    assert len(at.get("plotly_chart")) == 4 and any("every head" in x for x in titles(at))
     at = ok(_step(at, "6 · The causal"))
     assert [s.value for s in at.subheader][0].startswith("6 · The causal") and any("masked scores" in x for x in titles(at))
     at.toggle(key="s.every").set_value(True).run()

@@ -5,27 +5,32 @@ import pytest
 from apphelp import charts, messages, metric, ok, page, set_sidebar
 
 
+def diagrams(at) -> list[str]:
+    """The model pipeline diagram(s) on the page (HTML boxes with the live shapes)."""
+    return [m.value for m in at.markdown if "token ids x" in m.value]
+
+
 def test_renders_by_default_with_diagram_params_and_loss():
     at = ok(page("home"))
-    assert len(at.get("graphviz_chart")) == 1
+    assert len(diagrams(at)) == 1
     v = metric(at, "Uniform guess ln V")
     loss = metric(at, "Loss on your text")
     assert abs(loss - v) < 0.5  # an untrained model is close to guessing uniformly
     assert metric(at, "Parameters") > 1000
-    assert len(at.dataframe) == 1
+    assert len(at.table) == 1
     # the attention heatmap above the fold is a probability map with grey masked cells
     pattern = charts(at)[0]["data"]
-    assert pattern[0]["zmin"] == 0 and pattern[0]["zmax"] == 1 and len(pattern) == 2
+    assert pattern[0]["zmin"] == 0 and pattern[0]["zmax"] == 1 and [t.get("name") for t in pattern[1:]] == ["masked", "cells"]
 
 
 def test_changing_the_shape_changes_params_and_diagram():
     at = page("home")
     before = metric(at, "Parameters")
-    dot_before = at.get("graphviz_chart")[0].proto.spec
+    dot_before = diagrams(at)[0]
     at = set_sidebar(at, "n_layer", 3)
     ok(at)
     assert metric(at, "Parameters") > before
-    assert "× 3 blocks" in at.get("graphviz_chart")[0].proto.spec and dot_before != at.get("graphviz_chart")[0].proto.spec
+    assert "× 3 blocks" in diagrams(at)[0] and dot_before != diagrams(at)[0]
 
 
 def test_invalid_shape_is_a_message_and_the_page_keeps_working():
@@ -40,7 +45,7 @@ def test_invalid_shape_is_a_message_and_the_page_keeps_working():
 
 def test_a_link_opens_exactly_that_view():
     at = ok(page("home", n_layer=3, n_embd=24, text="hello there"))
-    assert "× 3 blocks" in at.get("graphviz_chart")[0].proto.spec and "C=24" in at.get("graphviz_chart")[0].proto.spec
+    assert "× 3 blocks" in diagrams(at)[0] and "C=24" in diagrams(at)[0]
     assert at.text_area(key="w.text").value == "hello there"
     assert at.query_params["n_layer"] == "3"
 

@@ -11,7 +11,7 @@ def test_loss_equals_cross_entropy_and_baseline():
     assert metric(at, "uniform guess ln V") == round(math.log(V), 5)
     probs = array(chart(at, "softmax(logits)")["data"][0]["z"])
     assert abs(probs.sum(axis=1) - 1).max() < 1e-5
-    assert len(at.dataframe) == 1
+    assert len(at.table) == 1
 
 
 def test_large_vocabulary_shows_top_k_and_targets():

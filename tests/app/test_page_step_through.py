@@ -76,7 +76,10 @@ def test_a_step_can_be_edited_and_later_steps_follow():
     assert abs(loss_edited - loss_plain) > 1e-3  # the edit matters to the loss, so the comparison can fail
 
     at = _show(page("step"), "blocks.1.hook_resid_pre")
-    assert any("Edit this step" in e.label for e in at.expander)
+    edit = [t for t in at.toggle if "Edit this step" in t.label]
+    assert len(edit) == 1 and not at.dataframe  # the table editor is built only when asked for
+    at = edit[0].set_value(True).run()
+    assert len(at.dataframe) == 1
     before = _z(at, "L1 residual stream in")
     post_before = _z(_show(at, "blocks.1.hook_resid_post"), "L1 residual after MLP")
     loss_before = _z(_show(at, "hook_loss"), "loss").item()

@@ -86,8 +86,8 @@ def test_material_preset_draws_cross_attention_over_a_fixed_random_encoder_outpu
                  "Softmax over encoder positions", "output projection", "residual add"):
         assert any(word in h for h in heads), word
     assert len(at.latex) >= 12 and len(at.code) >= 12
-    t = titles(at)
-    assert any(x.startswith("Cross-attention weights of every head") for x in t)
+    at = ok(at.segmented_control(key="att.more.cross").set_value("Every layer × every head").run())
+    assert any(x.startswith("Cross-attention weights of every head") for x in titles(at))
     at = ok(at.segmented_control(key="att.kind").set_value("Self-attention").run())
     assert any(x.startswith("L0 attention weights") for x in titles(at))
 

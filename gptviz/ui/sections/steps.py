@@ -116,7 +116,8 @@ def walk(ctx, *, key: str = "step") -> None:
 
     width = shape[-1] if shape else 0
     if info.kind != "masked" and len(shape) >= 3 and width <= EDITABLE_WIDTH and not name.startswith("hook_probs"):
-        with st.expander("Edit this step: change one row and watch everything after it change"):
+        # a toggle, not an expander: a collapsed expander still builds its table editor on every rerun
+        if st.toggle("Edit this step: change one row and watch everything after it change", key=f"{key}.edit.on"):
             what = "query" if "query_pos" in info.axes else "position"
             labels = ctx.labels()
             pos = st.selectbox(what.capitalize(), list(range(ctx.n_pos)), format_func=lambda t: f"{t}: '{labels[t]}'",

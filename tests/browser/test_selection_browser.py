@@ -1,0 +1,191 @@
+"""Point at a token, in the real browser: clicking a cell of the attention heatmap selects that query and key,
+the sidebar names the pair, and the page's other heatmap outlines its row and column."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "tests" / "screenshots"
+CHROMIUM = os.environ.get("GPTVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run"]
+
+# As tests/browser/test_browser.py: on a developer's machine a missing browser skips these tests; in CI (the CI
+# variable set) it fails them, so that CI cannot pass without having clicked anything.
+IN_CI = bool(os.environ.get("CI"))
+
+
+def _unavailable(why: str):
+    if IN_CI:
+        pytest.fail(f"CI is set, but {why}: the browser tests cannot run", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
+try:
+    from playwright import sync_api
+except ImportError:
+    _unavailable("the playwright package is not installed (pip install -r requirements-dev.txt)")
+if not os.path.exists(CHROMIUM):
+    _unavailable(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy(),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not start: " + proc.stdout.read().decode(errors="replace")[-2000:])
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def wait_for_charts(page, timeout=90_000):
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=timeout)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+    page.wait_for_timeout(500)
+
+
+# Every chart on the page: its index, title and layout shapes (plotly keeps the layout on the graph div).
+CHARTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((gd, i) => ({
+    i, title: String((gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title)) || ''),
+    shapes: ((gd.layout && gd.layout.shapes) || []).map(s => ({name: s.name || '', x0: s.x0, x1: s.x1, y0: s.y0,
+                                                             y1: s.y1, type: s.type}))}))"""
+
+# The centre of one heatmap cell in page pixels, from plotly's own axes: the plot area's offset on the page plus
+# the axis's position of that category (rows and columns are categories 0, 1, 2, ... in order).
+CELL_JS = """([i, q, k]) => {
+    const gd = document.querySelectorAll('.js-plotly-plot')[i];
+    const L = gd._fullLayout, xa = L.xaxis, ya = L.yaxis, r = gd.getBoundingClientRect();
+    return {x: r.left + xa._offset + xa.l2p(k), y: r.top + ya._offset + ya.l2p(q),
+            nx: xa._categories.length, ny: ya._categories.length,
+            xlabel: xa._categories[k], ylabel: ya._categories[q]};
+}"""
+
+
+# What plotly.js reports for a click: plotly_click's points and plotly_selected's count (Streamlit sends the
+# selected points to Python), for the failure message.
+EVENTS_JS = """(i) => { window.__gptvizEvents = []; const gd = document.querySelectorAll('.js-plotly-plot')[i];
+    gd.on('plotly_click', d => window.__gptvizEvents.push(
+        {click: d.points.map(p => ({trace: p.data.type + (p.data.name ? ' ' + p.data.name : ''), x: p.x, y: p.y}))}));
+    gd.on('plotly_selected', d => window.__gptvizEvents.push({selected_points: d ? d.points.length : 0})); }"""
+
+
+def _charts(page):
+    return page.evaluate(CHARTS_JS)
+
+
+def _find(charts, text):
+    found = [c for c in charts if text in c["title"]]
+    assert found, (text, [c["title"] for c in charts])
+    return found[0]
+
+
+def test_clicking_an_attention_cell_selects_that_query_and_key(server, browser):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/Attention?preset=default&text=the%20cat%20sat%20on%20the%20mat.")
+    wait_for_charts(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+
+    # the step picker: "4 · Scores: Q Kᵀ", a (query, key) heatmap of its own
+    page.locator("[data-testid='stRadio'] label").filter(has_text="4 · Scores").first.click()
+    page.wait_for_function("""() => [...document.querySelectorAll('.js-plotly-plot')].some(gd =>
+        String((gd.layout.title && gd.layout.title.text) || '').includes('Q Kᵀ') ||
+        String((gd.layout.title && gd.layout.title.text) || '').includes('QKᵀ') ||
+        String((gd.layout.title && gd.layout.title.text) || '').toLowerCase().includes('scores'))""", timeout=90_000)
+    wait_for_charts(page)
+    charts = _charts(page)
+    weights = _find(charts, "L0 attention weights")
+    others = [c for c in charts if c["i"] != weights["i"] and "scores" in c["title"].lower()]
+    assert others, [c["title"] for c in charts]
+    scores = others[0]
+    assert not weights["shapes"] and not scores["shapes"], "nothing is outlined before a click"
+
+    # click query 4, key 2 ("at␣" after "the␣ c at␣ s at␣": key 2 is the first "at␣")
+    q, k = 4, 2
+    page.locator(".js-plotly-plot").nth(weights["i"]).scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    cell = page.evaluate(CELL_JS, [weights["i"], q, k])
+    assert cell["nx"] == cell["ny"] == 11, cell  # "the cat sat on the mat." is 11 tokens
+    assert cell["ylabel"].startswith(f"{q}: ") and cell["xlabel"].startswith(f"{k}: "), cell
+    page.evaluate(EVENTS_JS, weights["i"])
+    page.mouse.move(cell["x"], cell["y"])
+    page.wait_for_timeout(300)
+    page.mouse.click(cell["x"], cell["y"])
+
+    sidebar = page.locator("[data-testid='stSidebar']")
+    try:
+        sidebar.get_by_text(f"Selected: query {q}").wait_for(timeout=60_000)
+    except sync_api.TimeoutError:
+        events = page.evaluate("window.__gptvizEvents")
+        page.screenshot(path=str(SHOTS / "selection_attention_failed.png"))
+        pytest.fail(f"clicking cell (query {q}, key {k}) selected nothing: the sidebar names no pair. plotly.js "
+                    f"events on that chart: {events}. Streamlit reads a points selection from plotly_selected, and "
+                    "a heatmap trace has no point selection (its points list is empty); a click only selects a "
+                    "trace that has one (e.g. a scatter point at each cell).", pytrace=False)
+    wait_for_charts(page)
+    note = sidebar.get_by_text(f"Selected: query {q}").inner_text()
+    assert f"Selected: query {q} 'at␣' → key {k} 'at␣'" in note, note
+
+    charts = _charts(page)
+    scores = _find(charts, scores["title"])
+    rects = {s["name"]: s for s in scores["shapes"] if s["type"] == "rect"}
+    assert set(rects) >= {"selected query", "selected key"}, scores["shapes"]
+    row, col = rects["selected query"], rects["selected key"]
+    assert (row["y0"], row["y1"]) == (q - 0.5, q + 0.5) and (row["x0"], row["x1"]) == (-0.5, 10.5), row
+    assert (col["x0"], col["x1"]) == (k - 0.5, k + 0.5) and (col["y0"], col["y1"]) == (-0.5, 10.5), col
+    # the clicked heatmap outlines the same pair
+    weights = _find(charts, "L0 attention weights")
+    assert {s["name"] for s in weights["shapes"]} >= {"selected query", "selected key"}, weights["shapes"]
+
+    page.locator(".js-plotly-plot").nth(scores["i"]).scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "selection_attention.png"))
+    sidebar.get_by_text(f"Selected: query {q}").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "selection_sidebar.png"))
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert not errors, errors
+    page.close()
