@@ -111,7 +111,7 @@ def heads_off_toggle(ctx: Ctx, layer: int, key: str = "") -> None:
     off = {tuple(h) for h in spec.get("heads_off", [])}
     cols = st.columns(min(ctx.cfg.n_head, 8))
     for h in range(ctx.cfg.n_head):
-        k = f"gptviz.headoff.{layer}.{h}"
+        k = f"gptviz.headoff.{key}.{layer}.{h}"  # the key keeps two of these on one page apart
         st.session_state[k] = (layer, h) in off
         cols[h % len(cols)].toggle(f"L{layer} H{h} off", key=k, on_change=_flip_head, args=(ctx.s, layer, h))
 

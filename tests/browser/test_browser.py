@@ -18,7 +18,8 @@ CHROMIUM = os.environ.get("GPTVIZ_CHROMIUM") or shutil.which("chromium") or "/us
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
 PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through",
-         "Backward", "Training", "Generation", "Model_and_weights"]
+         "Backward", "Training", "Generation", "Model_and_weights", "Who_did_it", "Initialisation", "Lessons"]
+NOT_A_HEATMAP_FIRST = {"Initialisation"}  # opens on the initial loss against init_std: a line chart is the point
 
 # On a developer's machine a missing browser skips these tests. In CI (the CI variable set) it fails them:
 # a skipped module still exits 0, and CI must not pass without having drawn a single page.
@@ -102,7 +103,8 @@ def test_every_page_draws_its_charts(server, browser, path):
     first = charts.first.bounding_box()
     assert first and first["width"] > 200 and first["height"] > 150
     assert first["y"] < 900, "a heatmap should be visible above the fold"
-    assert page.locator(".js-plotly-plot .hm, .js-plotly-plot .heatmaplayer image, .js-plotly-plot image").count() >= 1
+    if path not in NOT_A_HEATMAP_FIRST:
+        assert page.locator(".js-plotly-plot .hm, .js-plotly-plot .heatmaplayer image, .js-plotly-plot image").count() >= 1
     page.screenshot(path=str(SHOTS / f"{path or 'Home'}.png"))
     assert not errors, errors
     page.close()

@@ -1,0 +1,29 @@
+"""What a person sees first: the home page is called Home, icons draw without emoji fonts, titles never overlap."""
+import re
+
+import numpy as np
+
+from conftest import ROOT
+from gptviz import figures, views
+
+
+def test_the_navigation_names_home_and_uses_material_icons_only():
+    from gptviz.ui.nav import PAGES
+
+    assert PAGES[0][1] == "Home" and PAGES[0][3] == ""  # the default page, at the bare address
+    assert all(icon.startswith(":material/") and icon.endswith(":") for _, _, icon, _, _ in PAGES)
+    files = {p for p, *_ in PAGES}
+    assert files == {f"pages/{f.name}" for f in (ROOT / "pages").glob("*.py")}  # every page is in the navigation
+    for f in (ROOT / "pages").glob("*.py"):
+        for icon in re.findall(r'page_setup\([^,]+,\s*"([^"]+)"', f.read_text()):
+            assert icon.startswith(":material/"), (f.name, icon)
+
+
+def test_side_by_side_titles_wrap_so_they_cannot_run_into_each_other():
+    m = views.Matrix(np.eye(12), [str(i) for i in range(12)], [str(i) for i in range(12)], "query", "key", "probability")
+    fig = figures.side_by_side(m, m, "Plain average: row t gives 1/(t+1) to each earlier token",
+                               "Learned weights, layer 0 head 0")
+    notes = [a["text"] for a in fig.to_plotly_json()["layout"]["annotations"]]
+    assert len(notes) == 2 and all(len(line) <= 30 for n in notes for line in n.split("<br>"))
+    assert notes[0].replace("<br>", " ") == "Plain average: row t gives 1/(t+1) to each earlier token"
+    assert fig.layout.margin.t >= 80  # room for two lines above the plots
