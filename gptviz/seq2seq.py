@@ -494,3 +494,14 @@ def material_recipe(steps: int = 200, lr: float = 0.01, batch: int = 10, seed: i
         losses.append(float(model(x, targets, enc_out=enc_out)[1]))
     model.zero_grad(set_to_none=True)
     return {"loss": losses, "model": model, "enc_out": enc_out, "targets": targets, "inputs": x}
+
+
+# The material's loop as it would be written by hand (shown on the Training page next to material_recipe).
+MATERIAL_LOOP_CODE = """model = Decoder(...)                     # 1 layer, d_model 32, 8 heads, post-norm, 17,516 parameters
+enc_out = torch.randn(10, 8, 32)          # a fixed random encoder output
+tgt = torch.randint(0, 12, (10, 8))       # fixed random targets
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(steps):
+    logits = model(tgt, enc_out)          # the decoder reads the targets themselves
+    loss = F.cross_entropy(logits.view(-1, 12), tgt.view(-1))
+    opt.zero_grad(); loss.backward(); opt.step()"""

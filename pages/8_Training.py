@@ -252,14 +252,8 @@ def reverse_section():
 
 
 # --------------------------------------------------------------------------- the material's own training loop
-MATERIAL_LOOP = """model = Decoder(...)                     # 1 layer, d_model 32, 8 heads, post-norm, 17,516 parameters
-enc_out = torch.randn(10, 8, 32)          # a fixed random encoder output
-tgt = torch.randint(0, 12, (10, 8))       # fixed random targets
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(steps):
-    logits = model(tgt, enc_out)          # the decoder reads the targets themselves
-    loss = F.cross_entropy(logits.view(-1, 12), tgt.view(-1))
-    opt.zero_grad(); loss.backward(); opt.step()"""
+from gptviz.seq2seq import MATERIAL_LOOP_CODE as MATERIAL_LOOP  # noqa: E402 - shown with st.code
+
 
 
 def material_section():

@@ -147,7 +147,7 @@ def test_lesson_two_every_step_on_a_projector(server, browser):
                              "...[...document.querySelectorAll('[data-testid=\"stMain\"]')].map(e => e.scrollTop))") < 5
         page.screenshot(path=str(SHOTS / f"lesson2_step{k:02d}.png"))
         if page.get_by_role("button", name="Reveal").count():
-            page.get_by_role("radiogroup").locator("label").first.click()
+            page.locator("[data-testid='stMain']").get_by_role("radiogroup").locator("label").first.click()
             reveal = page.get_by_role("button", name="Reveal", disabled=False)
             reveal.wait_for(timeout=60_000)  # enabled once an answer is picked
             settle(page)
