@@ -103,3 +103,30 @@ def chart(at, title_start: str) -> dict:
         if (t.get("text", "") if isinstance(t, dict) else "").startswith(title_start):
             return c
     raise KeyError(title_start)
+
+
+def engine_run(edit_name=None, index=(), values=None):
+    """The pages' default model (preset "default") and text run with plain ``GPT.run`` and a hand-written hook that writes
+    ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
+    import torch
+    import torch.nn.functional as F
+
+    from gptviz import GPT, encode_batch, get_tokenizer, preset
+    from gptviz.data import DEFAULT_PROMPT
+
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+    seen = {}
+
+    def rec(name, x):
+        if name == edit_name:
+            x = x.clone()
+            x[tuple(index)] = torch.tensor(values, dtype=x.dtype)
+        seen[name] = x.detach().numpy()
+        return x
+
+    with torch.no_grad():
+        logits = GPT(cfg).run(b.x, b.attention_mask, rec=rec)
+    loss = F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100)
+    return seen, float(loss)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from apphelp import array, chart, charts, messages, ok, page, set_sidebar, titles
+from apphelp import engine_run, array, chart, charts, messages, ok, page, set_sidebar, titles
 
 
 def test_renders_lookup_onehot_positions_and_sum():
@@ -22,33 +22,6 @@ def test_position_kind_changes_what_is_shown():
     at = set_sidebar(at, "pos_encoding", "sinusoidal")
     z = array(chart(at, "Position embedding")["data"][0]["z"])
     assert z[3, 0] == pytest.approx(np.sin(3.0), abs=1e-6) and z[3, 1] == pytest.approx(np.cos(3.0), abs=1e-6)
-
-
-def engine_run(edit_name=None, index=(), values=None):
-    """The page's default model and text run with plain ``GPT.run`` and a hand-written hook that writes
-    ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
-    import torch
-    import torch.nn.functional as F
-
-    from gptviz import GPT, encode_batch, get_tokenizer, preset
-    from gptviz.data import DEFAULT_PROMPT
-
-    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
-    cfg = preset("default", vocab_size=tok.vocab_size)
-    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
-    seen = {}
-
-    def rec(name, x):
-        if name == edit_name:
-            x = x.clone()
-            x[tuple(index)] = torch.tensor(values, dtype=x.dtype)
-        seen[name] = x.detach().numpy()
-        return x
-
-    with torch.no_grad():
-        logits = GPT(cfg).run(b.x, b.attention_mask, rec=rec)
-    loss = F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100)
-    return seen, float(loss)
 
 
 def test_editing_an_embedding_recomputes_downstream():

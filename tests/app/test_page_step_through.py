@@ -1,6 +1,6 @@
 import pytest
 
-from apphelp import ok, page, set_sidebar
+from apphelp import engine_run, ok, page, set_sidebar
 
 
 def test_walks_every_step_with_its_words():
@@ -28,33 +28,6 @@ def test_jump_to_any_step_and_state_survives_a_config_change():
     at = at.selectbox(key="step.jump").set_value(len(at.selectbox(key="step.jump").options) - 1).run()
     assert at.title[0].value.endswith("loss")
     assert "loss" in last
-
-
-def engine_run(edit_name=None, index=(), values=None):
-    """The page's default model and text run with plain ``GPT.run`` and a hand-written hook that writes
-    ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
-    import torch
-    import torch.nn.functional as F
-
-    from gptviz import GPT, encode_batch, get_tokenizer, preset
-    from gptviz.data import DEFAULT_PROMPT
-
-    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
-    cfg = preset("default", vocab_size=tok.vocab_size)
-    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
-    seen = {}
-
-    def rec(name, x):
-        if name == edit_name:
-            x = x.clone()
-            x[tuple(index)] = torch.tensor(values, dtype=x.dtype)
-        seen[name] = x.detach().numpy()
-        return x
-
-    with torch.no_grad():
-        logits = GPT(cfg).run(b.x, b.attention_mask, rec=rec)
-    loss = F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100)
-    return seen, float(loss)
 
 
 def _show(at, hook):

@@ -1,91 +1,13 @@
 """Point at a token, in the real browser: clicking a cell of the attention heatmap selects that query and key,
 the sidebar names the pair, and the page's other heatmap outlines its row and column."""
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "tests" / "screenshots"
-CHROMIUM = os.environ.get("GPTVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
+from kit import SHOTS, wait_for_charts  # noqa: E402 - fixtures server and browser: this folder's conftest
 
-# As tests/browser/test_browser.py: on a developer's machine a missing browser skips these tests; in CI (the CI
-# variable set) it fails them, so that CI cannot pass without having clicked anything.
-IN_CI = bool(os.environ.get("CI"))
-
-
-def _unavailable(why: str):
-    if IN_CI:
-        pytest.fail(f"CI is set, but {why}: the browser tests cannot run", pytrace=False)
-    pytest.skip(why, allow_module_level=True)
-
-
-try:
-    from playwright import sync_api
-except ImportError:
-    _unavailable("the playwright package is not installed (pip install -r requirements-dev.txt)")
-if not os.path.exists(CHROMIUM):
-    _unavailable(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy(),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not start: " + proc.stdout.read().decode(errors="replace")[-2000:])
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-def wait_for_charts(page, timeout=90_000):
-    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=timeout)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
-    page.wait_for_timeout(500)
-
-
-# Every chart on the page: its index, title and layout shapes (plotly keeps the layout on the graph div).
 CHARTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((gd, i) => ({
     i, title: String((gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title)) || ''),
     shapes: ((gd.layout && gd.layout.shapes) || []).map(s => ({name: s.name || '', x0: s.x0, x1: s.x1, y0: s.y0,
@@ -158,7 +80,7 @@ def test_clicking_an_attention_cell_selects_that_query_and_key(server, browser):
     sidebar = page.locator("[data-testid='stSidebar']")
     try:
         sidebar.get_by_text(f"Selected: query {q}").wait_for(timeout=60_000)
-    except sync_api.TimeoutError:
+    except PlaywrightTimeout:
         events = page.evaluate("window.__gptvizEvents")
         page.screenshot(path=str(SHOTS / "selection_attention_failed.png"))
         pytest.fail(f"clicking cell (query {q}, key {k}) selected nothing: the sidebar names no pair. plotly.js "
