@@ -271,12 +271,15 @@ def _thin_ticks(fig, most_x: int, most_y: int) -> None:
 def plot(ctx: Optional[Ctx], fig, key: str, **kw):
     """Draw a figure in the view's style (presenter mode's larger text); the toolbar saves PNG at 3× or SVG."""
     style = getattr(ctx, "style", None) or {}
-    if style.get("font_scale", 1.0) != 1.0:
-        fig = figures.styled(fig, style["font_scale"])
-        _thin_ticks(fig, int(18 / style["font_scale"]), int(39 / style["font_scale"]))
+    scale = style.get("font_scale", 1.0)
+    if scale != 1.0:
+        fig = figures.styled(fig, scale)
     top = style.get("max_height")  # presenter mode: every chart fits on a 720-pixel screen
     if top and (fig.layout.height or 0) > top:
         fig.layout.height = int(top)
+    if scale != 1.0:  # larger labels: as many row labels as fit the plot's height, never overlapping
+        rows_px = (fig.layout.height or 450) - 170
+        _thin_ticks(fig, int(18 / scale), max(4, int(rows_px / (14 * scale * 1.3))))
     fmt = str((getattr(ctx, "s", None) or {}).get("export_format", "png"))
     return st.plotly_chart(fig, width="stretch", key=key, config=export_config(fmt, key), **kw)
 

@@ -7,7 +7,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 
-from kit import SHOTS, wait_for_charts  # noqa: E402 - fixtures server and browser: this folder's conftest
+from kit import SHOTS, browser, server, wait_for_charts  # noqa: E402,F401 - the fixtures, imported
 
 PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through",
          "Backward", "Training", "Generation", "Model_and_weights", "Who_did_it", "Initialisation",
