@@ -448,14 +448,16 @@ def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Opti
     best = np.asarray(best, dtype=float)
     L, H = best.shape
     text = [[f"{labels[l, h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
-    main = dict(type="heatmap", z=best, x=[f"H{h}" for h in range(H)], y=[f"L{l}" for l in range(L)], text=text,
+    xs, ys = [f"H{h}" for h in range(H)], [f"L{l}" for l in range(L)]
+    main = dict(type="heatmap", z=best, x=xs, y=ys, text=text,
                 texttemplate="%{text}", textfont=dict(size=14), colorbar=dict(title=dict(text="score"), tickfont=TICK_FONT),
-                colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
-                customdata=hover if hover is not None else text,
-                hovertemplate="layer %{y} · head %{x}<br>%{customdata}<extra></extra>")
+                colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2, hoverinfo="skip")
+    tips = hover if hover is not None else np.array(text, dtype=object)
+    # a click on a cell selects its (invisible) point: a heatmap alone cannot be point-selected (see cell_points)
+    cells = cell_points(xs, ys, [[f"layer {ys[l]} · head {xs[h]}<br>{tips[l][h]}" for h in range(H)] for l in range(L)])
     layout = _base_layout(title, height or int(min(560, max(220, 70 * L + 120))),
                           xaxis=_axis("", type="category", side="top"),
                           yaxis=_axis("layer", reverse=True, type="category"))
     layout["margin"] = dict(l=10, r=10, t=80, b=10)
     layout["title"]["y"] = 0.98  # above the head labels, which sit on top
-    return _figure([main], layout)
+    return _figure([main, cells], layout)

@@ -90,6 +90,8 @@ def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head(
     ref["induction"], ref["duplicate"] = pr["induction"], pr["duplicate"]
     want = np.max(np.stack([ref[k] for k in heads.KINDS]), axis=0)
     assert best.shape == (2, 2) and np.allclose(best, want, atol=1e-6)
+    cells = grid["data"][1]  # one invisible point per cell: what a click in the browser selects
+    assert cells["name"] == "cells" and list(zip(cells["y"], cells["x"])) == [(f"L{l}", f"H{h}") for l in range(2) for h in range(2)]
     # choosing a head from the list opens it: the shared layer and head follow
     at.selectbox(key="det.pick").set_value(3).run()  # L1 H1 of a 2 × 2 grid
     assert at.title[0].value == "Attention · layer 1 · head 1"
