@@ -99,27 +99,34 @@ class LensSummary:
     top_probs: np.ndarray  # (P, T, k)
 
 
-def lens_summary(trace, model: GPT, b: int = 0, k: int = 5) -> LensSummary:
+def lens_summary(trace, model: GPT, b: int = 0, k: int = 5, max_rows: int = 512) -> LensSummary:
     """The logit lens of batch row ``b``, boiled down to p(target) and the top-k tokens at every point.
 
-    Each point is decoded on its own, so a big vocabulary costs one point's logits at a time.
+    The points are decoded together, ``max_rows`` (point, position) rows per matrix product: one big
+    product is much faster than one per point, and a big vocabulary never holds more than ``max_rows``
+    rows of logits at once.
     """
     model = _check(trace, model)
     k = max(1, min(int(k), model.config.vocab_size))
     labels, hooks = zip(*resid_points(model.config))
-    tgt = None if trace.targets is None else _t(trace.targets)[b]
+    xs = torch.stack([_t(trace[h])[b] for h in hooks])  # (P, T, C)
+    T = xs.shape[1]
+    flat = xs.reshape(-1, xs.shape[-1])
+    chunk = max(T, (max_rows // T) * T)
+    parts = [_unembed(model, flat[i:i + chunk]) for i in range(0, flat.shape[0], chunk)]
+    tgt = None if trace.targets is None else _t(trace.targets)[b].long()
     tp, ti, tv = [], [], []
-    for h in hooks:
-        probs = torch.softmax(_unembed(model, _t(trace[h])[b : b + 1])[0].float(), dim=-1)  # (T, V)
+    for logits in parts:
+        probs = torch.softmax(logits.float(), dim=-1).view(-1, T, logits.shape[-1])  # (points, T, V)
         if tgt is None:
-            tp.append(torch.full((probs.shape[0],), float("nan")))
+            tp.append(torch.full(probs.shape[:2], float("nan")))
         else:
-            p = probs.gather(-1, tgt.clamp(min=0).long()[:, None])[:, 0]
+            p = probs.gather(-1, tgt.clamp(min=0)[None, :, None].expand(probs.shape[0], T, 1))[..., 0]
             tp.append(torch.where(tgt >= 0, p, torch.full_like(p, float("nan"))))
         v, i = probs.topk(k, dim=-1)
         tv.append(v)
         ti.append(i)
-    return LensSummary(list(labels), torch.stack(tp).numpy(), torch.stack(ti).numpy(), torch.stack(tv).numpy())
+    return LensSummary(list(labels), torch.cat(tp).numpy(), torch.cat(ti).numpy(), torch.cat(tv).numpy())
 
 
 # --------------------------------------------------------------------------- direct logit attribution
@@ -222,14 +229,15 @@ def decompose(trace, model: GPT, tokens: Tokens = "target"):
 
     dt = torch.float64
     ln = model.transformer.ln_f
-    u = model.lm_head.weight.to(dt)[ids.clamp(min=0)]  # (B, T, C): the unembedding row of each token
+    u = model.lm_head.weight[ids.clamp(min=0)].to(dt)  # (B, T, C): the unembedding row of each token (rows first:
+    # converting the whole unembedding of a big vocabulary to float64 would cost more than everything else)
     d = u * ln.weight.to(dt)
     if cfg.norm == "layernorm":  # (c - mean c) · d == c · (d - mean d)
         d = d - d.mean(-1, keepdim=True)
     d = d / _t(trace["ln_final.hook_scale"]).to(dt)  # (B, T, 1) the scale the model actually used
     bias = (u * ln.bias.to(dt)).sum(-1) if ln.bias is not None else torch.zeros(B, T, dtype=dt)
     if model.lm_head.bias is not None:
-        bias = bias + model.lm_head.bias.to(dt)[ids.clamp(min=0)]
+        bias = bias + model.lm_head.bias[ids.clamp(min=0)].to(dt)
 
     rows, stream = [], torch.zeros(B, T, C, dtype=dt)
 

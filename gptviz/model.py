@@ -327,7 +327,11 @@ class GPT(nn.Module):
         """The forward pass to the logits. ``rec`` sees (and may replace) every hooked tensor."""
         cfg = self.config
         B, T = idx.shape
-        tok = self.hook_embed(self.transformer.wte(idx), rec)  # (B, T, C)
+        raw = getattr(rec, "raw", None)  # a trace that wants the unembedding's own inputs and outputs
+        tok = self.transformer.wte(idx)
+        if raw is not None:
+            raw["wte_out"] = tok
+        tok = self.hook_embed(tok, rec)  # (B, T, C)
         if cfg.pos_encoding == "learned":
             pos = self.transformer.wpe(torch.arange(T, device=idx.device))[None].expand(B, T, cfg.n_embd)
             x = tok + self.hook_pos_embed(pos, rec)
@@ -343,7 +347,10 @@ class GPT(nn.Module):
             x = block(x, mask, rope_cs, rec, train)
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x, rec)
-        return self.hook_logits(self.lm_head(x), rec)  # (B, T, vocab)
+        logits = self.lm_head(x)
+        if raw is not None:
+            raw["lm_in"], raw["lm_out"] = x, logits
+        return self.hook_logits(logits, rec)  # (B, T, vocab)
 
     def forward(self, idx, targets=None, attention_mask=None):
         self.check_inputs(idx, targets, attention_mask)

@@ -9,12 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional, Union
 
+import warnings
+
 import numpy as np
 import torch
 
 from .loss import loss_breakdown
 from .model import GPT
 from .steps import StepInfo, describe
+
+# Traces served from a cache are read-only (Trace.freeze); reading one through torch.from_numpy is fine and
+# nothing here writes to it, so torch's warning about non-writable arrays would only be noise.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 
 Edit = Union[torch.Tensor, np.ndarray, Callable[[torch.Tensor], Optional[torch.Tensor]]]
 
@@ -24,6 +30,7 @@ class _Recorder:
         self.acts: dict[str, torch.Tensor] = {}
         self.edits = edits
         self.grads = grads
+        self.raw: Optional[dict[str, torch.Tensor]] = None  # see _embedding_grad_norms
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
         if name in self.edits:
@@ -141,15 +148,32 @@ class Trace(Mapping):
         bd = None
         if self.breakdown is not None:
             bd = {k: (conv(v) if isinstance(v, torch.Tensor) else v) for k, v in self.breakdown.items()}
-        return Trace(
+        out = Trace(
             {k: conv(v) for k, v in self._acts.items()}, self._infos, self.config, conv(self.idx),
             conv(self.targets), conv(self.attention_mask),
             None if self.grads is None else {k: conv(v) for k, v in self.grads.items()},
             None if self.param_grads is None else {k: conv(v) for k, v in self.param_grads.items()},
             bd, {k: conv(v) for k, v in self.source.items()},
         )
+        if self.param_grads is None and getattr(self, "_param_grad_norms", None):
+            out._param_grad_norms = dict(self._param_grad_norms)
+        return out
 
     to_numpy = numpy
+
+    def freeze(self) -> "Trace":
+        """Make every numpy array of this trace read-only (in place) and return it: a trace shared between
+        sessions from a cache can then never be changed by one of them by accident (writing to it raises)."""
+        def fix(v):
+            if isinstance(v, np.ndarray):
+                v.setflags(write=False)
+
+        for d in (self._acts, self.grads or {}, self.param_grads or {}, self.breakdown or {}, self.source):
+            for v in d.values():
+                fix(v)
+        for v in (self.idx, self.targets, self.attention_mask):
+            fix(v)
+        return self
 
 
 def _to_numpy(t: Any):
@@ -168,6 +192,7 @@ def trace(
     enc_input: Optional[torch.Tensor] = None,
     enc_mask: Optional[torch.Tensor] = None,
     enc_out: Optional[torch.Tensor] = None,
+    weight_grads: str = "tensors",
 ) -> Trace:
     """Run ``model`` on ``idx`` (batch, pos) and record every step.
 
@@ -175,6 +200,12 @@ def trace(
     replacement is used from there on, so everything downstream is computed again from it. The
     weights are never touched. ``grads=True`` (needs ``targets``) also records d loss / d step.
     Dropout is always off in a trace.
+
+    ``weight_grads``, with ``grads=True``: ``"tensors"`` keeps every parameter's gradient
+    (``trace.param_grads``); ``"norms"`` keeps only their norms (``trace.param_grad_norms()``), and works
+    out the norms of the token embedding's and unembedding's gradients (vocab × n_embd each, most of a
+    GPT-2's backward pass) from the gradients at their inputs and outputs, without building those
+    matrices (see ``_embedding_grad_norms``). The norms agree with the tensors' to float rounding.
 
     An encoder-decoder model (``gptviz.seq2seq``) also takes its source: ``enc_input`` (batch, enc_pos)
     token ids for a real encoder, or ``enc_out`` (batch, enc_pos, n_embd) in place of the fixed random
@@ -193,7 +224,11 @@ def trace(
     if grads and targets is None:
         raise ValueError("grads=True needs targets: the gradient is of the loss")
     edits = dict(edits or {})
+    if weight_grads not in ("tensors", "norms"):
+        raise ValueError(f"weight_grads={weight_grads!r} must be 'tensors' or 'norms'")
     rec = _Recorder(edits, grads)
+    if grads and weight_grads == "norms":
+        rec.raw = {}
     cfg = model.config
     with torch.set_grad_enabled(grads):
         logits = model.run(idx, attention_mask, rec=rec, train=False, **source)
@@ -211,11 +246,68 @@ def trace(
     if grads:
         names = list(acts)
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        inputs = [acts[n] for n in names] + [p for _, p in params]
+        big = _embedding_weights(model) if rec.raw and {"wte_out", "lm_in", "lm_out"} <= set(rec.raw) else {}
+        params = [(n, p) for n, p in params if n not in big]
+        extra = [rec.raw["wte_out"], rec.raw["lm_out"]] if big else []
+        inputs = [acts[n] for n in names] + [p for _, p in params] + extra
         got = torch.autograd.grad(breakdown["loss"], inputs, allow_unused=True)
         grad_map = {n: g for n, g in zip(names, got[: len(names)]) if g is not None}
-        param_grads = {n: (g if g is not None else torch.zeros_like(p)) for (n, p), g in zip(params, got[len(names):])}
+        n_act, n_par = len(names), len(params)
+        param_grads = {n: (g if g is not None else torch.zeros_like(p))
+                       for (n, p), g in zip(params, got[n_act:n_act + n_par])}
+        if weight_grads == "norms":
+            norms = {n: float(g.detach().float().norm()) for n, g in param_grads.items()}
+            if big:
+                norms.update(_embedding_grad_norms(model, idx, got[-2], rec.raw["lm_in"].detach(), got[-1], big))
+            order = [n for n, _ in model.named_parameters() if n in norms]
+            param_grads, param_norms = None, {n: norms[n] for n in order}
         acts = {n: t.detach() for n, t in acts.items()}
         breakdown = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in breakdown.items()}
     infos = {n: describe(n, cfg) for n in acts}
-    return Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown, source)
+    out = Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown, source)
+    if grads and weight_grads == "norms":
+        out._param_grad_norms = param_norms
+    return out
+
+
+def _embedding_weights(model) -> dict[str, str]:
+    """{parameter name: role} for the token embedding and the unembedding ("tied" when they are one matrix)."""
+    wte = model.transformer.wte.weight
+    if model.lm_head.weight is wte:
+        return {n: "tied" for n, p in model.named_parameters() if p is wte}
+    out = {n: "embed" for n, p in model.named_parameters() if p is wte}
+    out.update({n: "unembed" for n, p in model.named_parameters() if p is model.lm_head.weight})
+    return out
+
+
+@torch.no_grad()
+def _embedding_grad_norms(model, idx, g_embed, x, g_logits, names: dict[str, str]) -> dict[str, float]:
+    """‖∂loss/∂W‖ of the embedding and unembedding matrices, from the gradients at their inputs and outputs.
+
+    Over the N = B·T positions, with ids i_t, the embedding's output gradient e_t (N × C), the unembedding's
+    input x_t (N × C) and its output gradient G (N × V):
+    - the unembedding's gradient is U = Gᵀ X, and ‖U‖² = Σ_{s,t} (G Gᵀ)_{st} (X Xᵀ)_{st} (two N × N Gram
+      matrices instead of a V × C product);
+    - the embedding's gradient is S, row v = Σ_{t: i_t = v} e_t, so ‖S‖² sums over the distinct ids only;
+    - tied, the matrix gets U + S, and ‖U + S‖² = ‖U‖² + 2⟨U, S⟩ + ‖S‖², with ⟨U, S⟩ = Σ_v U_v · S_v over
+      the ids present, U_v = Σ_t G_{tv} x_t.
+    Worked in float64."""
+    dt = torch.float64
+    ids = idx.reshape(-1)
+    uniq, inv = torch.unique(ids, return_inverse=True)
+    C = model.config.n_embd
+    S = torch.zeros(len(uniq), C, dtype=dt)
+    if g_embed is not None:
+        S.index_add_(0, inv, g_embed.reshape(-1, C).to(dt))
+    s2 = float((S * S).sum())
+    u2 = cross = 0.0
+    if g_logits is not None:
+        G = g_logits.reshape(-1, g_logits.shape[-1]).to(dt)
+        X = x.reshape(-1, C).to(dt)
+        u2 = float(((G @ G.T) * (X @ X.T)).sum())
+        cross = float(((G[:, uniq].T @ X) * S).sum())
+    out = {}
+    for n, role in names.items():
+        sq = {"tied": u2 + 2 * cross + s2, "embed": s2, "unembed": u2}[role]
+        out[n] = max(sq, 0.0) ** 0.5
+    return out

@@ -234,3 +234,19 @@ def test_encoder_decoder_decoder_adds_its_cross_attention():
     assert "L0 cross-attn" in labels and REST_LABEL not in labels
     assert (c.sum(0) + bias - logit_of(tr, y))[y != -100].abs().max() < TOL
     assert torch.equal(logit_lens(tr, m)[1][-1], tr.logits)
+
+
+@pytest.mark.parametrize("max_rows", [1, 7, 64])
+def test_lens_summary_is_the_same_decoded_in_any_chunks(max_rows):
+    """lens_summary decodes (point, position) rows in products of at most max_rows rows (at least one point):
+    the chunking must not change any number."""
+    cfg = DLA_CONFIGS["layernorm-learned-tied"]
+    m = perturbed(cfg)
+    x, y = batch(cfg)
+    tr = trace(m, x, y).numpy()
+    ref = lens_summary(tr, m, b=1, k=4, max_rows=10_000)
+    s = lens_summary(tr, m, b=1, k=4, max_rows=max_rows)
+    np.testing.assert_allclose(s.target_prob, ref.target_prob, atol=1e-6)
+    np.testing.assert_allclose(s.top_probs, ref.top_probs, atol=1e-6)
+    assert (s.top_ids[..., 0] == ref.top_ids[..., 0]).all()
+    assert s.target_prob.shape == (cfg.n_layer + 1, x.shape[1])

@@ -498,3 +498,51 @@ def test_parameter_gradient_norms_survive_dropping_the_gradients():
     assert slim.param_grads is None and slim.param_grad_norms() == norms
     import pickle
     assert pickle.loads(pickle.dumps(slim)).param_grad_norms() == norms
+
+
+# --------------------------------------------------------------------------- weight gradients as norms only
+@pytest.mark.parametrize("kw", [dict(), dict(tie_weights=False), dict(pos_encoding="rope", norm="rmsnorm"),
+                                dict(norm_placement="post"), dict(bias=False, pos_encoding="sinusoidal")],
+                         ids=["tied", "untied", "rope-rms", "post", "nobias-sin"])
+def test_weight_grad_norms_equal_the_full_gradients_norms(kw):
+    """weight_grads="norms" works out the embedding's and unembedding's gradient norms from the gradients at
+    their inputs and outputs (Gram matrices, never the vocab × n_embd matrix): they must equal the norms of the
+    gradients autograd builds, for every parameter, with repeated ids, padding and an edited embedding."""
+    cfg = ModelConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=16, **kw)
+    m = GPT(cfg)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 12, (2, 10), generator=g)  # a small id range: many repeated ids
+    y = torch.randint(0, 40, (2, 10), generator=g)
+    y[1, 7:] = -100
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, 7:] = 0
+    for edits in (None, {"hook_embed": lambda e: e * 0.5}, {"hook_logits": torch.zeros(2, 10, 40)}):
+        full = trace(m, x, targets=y, attention_mask=mask, grads=True, edits=edits)
+        fast = trace(m, x, targets=y, attention_mask=mask, grads=True, edits=edits, weight_grads="norms")
+        assert fast.param_grads is None
+        a, b = full.param_grad_norms(), fast.param_grad_norms()
+        assert list(a) == list(b) == [n for n, _ in m.named_parameters()]
+        for n in a:
+            assert b[n] == pytest.approx(a[n], rel=1e-5, abs=1e-9), n
+        assert a["transformer.wte.weight"] > 0 or edits is not None
+        for n in full:
+            ga, gb = full.grad(n), fast.grad(n)
+            assert (ga is None) == (gb is None)
+            if ga is not None:
+                torch.testing.assert_close(ga, gb, rtol=0, atol=0)
+        # norms survive the numpy copy the app caches
+        assert fast.numpy().param_grad_norms() == b
+    with pytest.raises(ValueError, match="weight_grads"):
+        trace(m, x, targets=y, grads=True, weight_grads="all")
+
+
+def test_a_frozen_trace_cannot_be_written():
+    cfg = ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    x = random_ids(cfg, 1, 6)
+    tr = trace(GPT(cfg), x, targets=x, grads=True).numpy().freeze()
+    with pytest.raises(ValueError):
+        tr["hook_embed"][0, 0, 0] = 1.0
+    with pytest.raises(ValueError):
+        tr.grad("hook_embed")[0, 0, 0] = 1.0
+    with pytest.raises(ValueError):
+        tr.idx[0, 0] = 1

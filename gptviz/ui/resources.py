@@ -156,7 +156,9 @@ def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple]
         src, src_mask = default_source(model_key, x, cfg)
     big = cfg.num_params() > BIG_MODEL_PARAMS
     fn = _traced_big if big else _traced_small
-    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
+    # read-only: a big trace is one object shared by every session, and a small one is a fresh copy of
+    # the cached value, frozen too so that every page is tested against read-only traces
+    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask).freeze()
 
 
 def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tuple[tuple, tuple]:
@@ -193,9 +195,10 @@ def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, 
         attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
         edits=edits,
         grads=grads,
+        weight_grads="norms" if grads else "tensors",  # the pages show weight gradients' norms only
         **source,
     )
-    return tr.numpy().without_param_grads() if grads else tr.numpy()
+    return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -203,7 +206,9 @@ def _traced_small(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, s
     return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
 
 
-@st.cache_data(max_entries=6, show_spinner="Running the big model…")
+# A big trace (GPT-2 small with gradients: ~170 MB) is kept as it is, not pickled as st.cache_data would do
+# on every miss (~0.3 s) and copy on every hit; its arrays are read-only (Trace.freeze).
+@st.cache_resource(max_entries=4, show_spinner="Running the big model…")
 def _traced_big(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
     return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
 
