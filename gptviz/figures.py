@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -241,6 +242,100 @@ def wrap(text: str, width: int) -> str:
     return "<br>".join(lines)
 
 
+# --------------------------------------------------------------------------- fixed margins
+# Plotly's automatic margins measure every tick label in the browser and then draw the chart a second time:
+# a third of the browser's drawing time on the attention page. ``fixed_margins`` works the margins out here
+# from the labels instead (a character of an ASCII label is about 0.62 em wide; others up to 1 em).
+_CHAR_EM, _WIDE_EM = 0.62, 1.0
+
+
+def _text_px(label, size: float) -> float:
+    return sum(_CHAR_EM if ord(c) < 128 else _WIDE_EM for c in str(label)) * size
+
+
+def _axis_labels(lay: dict, key: str, data: list) -> list:
+    ax = lay.get(key) or {}
+    if ax.get("ticktext") is not None:
+        return list(ax["ticktext"])
+    letter, n = key[0], key[5:]
+    ref = letter + n
+    out = []
+    for t in data:
+        if (t.get(f"{letter}axis") or letter) != ref:
+            continue
+        vals = t.get(letter)
+        if vals is None and t.get("type") == "heatmap" and t.get("z") is not None:
+            z = t["z"]
+            count = len(z) if letter == "y" else (len(z[0]) if len(z) else 0)
+            vals = list(range(count))
+        if vals is None:
+            continue
+        vals = list(vals)
+        if vals and all(isinstance(v, str) for v in vals):
+            out += vals
+        elif vals:
+            nums = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(float(v))]
+            if nums:
+                lo, hi = min(nums), max(nums)
+                out += [f"{lo:.3g}", f"{hi:.3g}", "0.000"]  # numeric ticks: a few characters
+    return out
+
+
+def fixed_margins(fig: go.Figure, plot_width: int = 700) -> go.Figure:
+    """The same figure with margins worked out from its labels and Plotly's automatic margins off.
+
+    Charts with a legend are returned as they are (a legend's size is hard to guess). ``plot_width`` is the
+    width assumed when deciding whether x labels will be turned on their side.
+    """
+    lay = fig.layout.to_plotly_json() if hasattr(fig.layout, "to_plotly_json") else dict(fig.layout)
+    data = [t.to_plotly_json() if hasattr(t, "to_plotly_json") else dict(t) for t in fig.data]
+    legends = sum(1 for t in data if t.get("type") in ("scatter", "bar", "scattergl") and t.get("showlegend") is not False)
+    if legends >= 2 or lay.get("showlegend"):
+        return fig
+    base = float((lay.get("font") or {}).get("size") or 12)
+    m = dict(lay.get("margin") or {})
+    need = {"l": 10.0, "r": 10.0, "t": float(m.get("t", 60)), "b": 10.0}
+    axes = sorted(k for k in lay if re.fullmatch(r"[xy]axis\d*", k))
+    for t in data:  # axes used by traces but absent from the layout
+        for letter in "xy":
+            ref = t.get(f"{letter}axis") or letter
+            key = f"{letter}axis{ref[1:]}"
+            if key not in axes:
+                axes.append(key)
+    for key in axes:
+        ax = lay.get(key) or {}
+        if ax.get("visible") is False or ax.get("showticklabels") is False:
+            labels = []
+        else:
+            labels = _axis_labels(lay, key, data)
+        size = float((ax.get("tickfont") or {}).get("size") or base)
+        title = ax.get("title") or {}
+        title_text = title.get("text") if isinstance(title, dict) else title
+        title_px = (float((title.get("font") or {}).get("size") or base) * 1.4 + 8) if title_text else 0.0
+        widest = max((_text_px(l, size) for l in labels), default=0.0)
+        if key[0] == "y":
+            side = "r" if ax.get("side") == "right" else "l"
+            need[side] = max(need[side], 10 + widest + 8 + title_px)
+        else:
+            dom = ax.get("domain") or [0, 1]
+            room = plot_width * max(0.1, dom[1] - dom[0]) / max(1, len(labels))
+            tall = widest if labels and widest + 4 > room else size * 1.3  # crowded labels turn on their side
+            side = "t" if ax.get("side") == "top" else "b"
+            extra = (tall + 8 + title_px) if labels or title_px else 0.0
+            need[side] = (need[side] + extra) if side == "t" else max(need[side], 10 + extra)
+    bars = [t for t in data if t.get("type") == "heatmap" and t.get("showscale") is not False]
+    if bars:
+        tick = max(float(((t.get("colorbar") or {}).get("tickfont") or {}).get("size") or base) for t in bars)
+        need["r"] = max(need["r"], 30 + 12 + _text_px("-0.000", tick) + 16)
+    margin = {k: int(math.ceil(max(float(m.get(k, 0) or 0), v))) for k, v in need.items()}
+    margin.update({k: v for k, v in m.items() if k not in ("l", "r", "t", "b", "autoexpand")})
+    margin["autoexpand"] = False
+    lay["margin"] = margin
+    for key in axes:
+        lay[key] = dict(lay.get(key) or {}, automargin=False)
+    return _figure(data, lay)
+
+
 def styled(fig: go.Figure, font_scale: float = 1.0, height_scale: float = 1.0) -> go.Figure:
     """The same figure with every font (and optionally its height) scaled: presenter mode's larger chart
     text. Works on this figure only; the module's defaults are never changed."""
@@ -439,6 +534,9 @@ def token_grid(tokens: Sequence[Sequence[str]], ids: np.ndarray, mask: np.ndarra
     return _figure(data, layout)
 
 
+HEAD_SHORT = {"previous": "prev", "induction": "ind", "duplicate": "dup", "first": "1st", "current": "self"}
+
+
 def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Optional[np.ndarray] = None,
               height: Optional[int] = None) -> go.Figure:
     """Layer × head: each cell coloured by its best score (0..1) and labelled with that kind of head.
@@ -447,11 +545,19 @@ def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Opti
     """
     best = np.asarray(best, dtype=float)
     L, H = best.shape
-    text = [[f"{labels[l, h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
+    # The grid usually sits in half a page (about 300 px of cells): the words shrink to fit their cell,
+    # and become short forms when even 11 px would not fit. Every cell prints its score, so no colour bar.
+    words = [[str(labels[l, h]) for h in range(H)] for l in range(L)]
+    longest = max((len(w) for row in words for w in row), default=1)
+    size = int(min(14, 300 / H / (_CHAR_EM * max(longest, 4))))
+    if size < 11:
+        words = [[HEAD_SHORT.get(w, w[:4]) for w in row] for row in words]
+        size = int(max(9, min(14, 300 / H / (_CHAR_EM * 4))))
+    text = [[f"{words[l][h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
     xs, ys = [f"H{h}" for h in range(H)], [f"L{l}" for l in range(L)]
-    main = dict(type="heatmap", z=best, x=xs, y=ys, text=text,
-                texttemplate="%{text}", textfont=dict(size=14), colorbar=dict(title=dict(text="score"), tickfont=TICK_FONT),
-                colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2, hoverinfo="skip")
+    main = dict(type="heatmap", z=best, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=size),
+                showscale=False, colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2, hoverinfo="skip")
+    text = [[f"{labels[l, h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
     tips = hover if hover is not None else np.array(text, dtype=object)
     # a click on a cell selects its (invisible) point: a heatmap alone cannot be point-selected (see cell_points)
     cells = cell_points(xs, ys, [[f"layer {ys[l]} · head {xs[h]}<br>{tips[l][h]}" for h in range(H)] for l in range(L)])

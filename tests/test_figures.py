@@ -180,3 +180,48 @@ def test_gradient_reading_names_the_largest_entry_in_the_chosen_head():
     r0 = views.gradient_reading(info, g, toks, head=0)
     assert r0.split("strongest is at ")[1].startswith("head 0, query pos 1 ('b'), key 1 ('b') (+0.5)") and "lower" in r0
     assert "Every entry is 0" in views.gradient_reading(info, np.zeros((1, 2, 3, 3)), toks)
+
+
+def test_fixed_margins_make_room_for_every_label_and_colour_bar():
+    """Charts are drawn without Plotly's automatic margins (they cost the browser a second drawing): the
+    margins worked out here must hold the widest tick label, the axis title and the colour bar."""
+    short = ["a", "b", "c"]
+    long = ["a very long token label", "b", "c"]
+    z = np.arange(9.0).reshape(3, 3) - 4
+    lay = lambda rows: dict(title=dict(text="t"), font=dict(size=16), margin=dict(l=10, r=10, t=60, b=10),  # noqa: E731
+                            xaxis=dict(title=dict(text="key"), tickmode="array", tickvals=[0, 1, 2], ticktext=short),
+                            yaxis=dict(title=dict(text="query"), tickmode="array", tickvals=[0, 1, 2], ticktext=rows,
+                                       tickfont=dict(size=14)))
+    small = figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], lay(short)))
+    wide = figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], lay(long)))
+    ms, mw = small.layout.margin, wide.layout.margin
+    assert mw.autoexpand is False and small.layout.yaxis.automargin is False and small.layout.xaxis.automargin is False
+    assert mw.l >= 23 * 14 * 0.62 + 16 * 1.4  # the long label and the title beside it
+    assert ms.l < mw.l and ms.t == 60
+    assert ms.r >= 30 + 6 * 14 * 0.62  # a colour bar and its tick labels
+    nobar = figures.fixed_margins(figures._figure([dict(type="heatmap", z=z, showscale=False)], lay(short)))
+    assert nobar.layout.margin.r < ms.r
+    # x labels on top go into the top margin; crowded x labels turn on their side and need their length
+    top = lay(short)
+    top["xaxis"]["side"] = "top"
+    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], top)).layout.margin.t > 60
+    many = [f"token{i}" for i in range(64)]
+    crowded = lay(short)
+    crowded["xaxis"].update(tickvals=list(range(64)), ticktext=many)
+    zz = np.zeros((3, 64))
+    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=zz)], crowded)).layout.margin.b >= 7 * 16 * 0.62
+    # a chart with a legend keeps Plotly's own margins
+    legend = figures._figure([dict(type="scatter", y=[1, 2], name="a"), dict(type="scatter", y=[2, 1], name="b")],
+                             dict(margin=dict(l=10, r=10, t=60, b=10)))
+    assert figures.fixed_margins(legend) is legend
+
+
+def test_head_grid_words_fit_their_cells():
+    best = np.array([[0.5, 0.9], [0.2, 0.3]])
+    kinds = np.array([["induction", "previous"], ["current", "first"]])
+    fig = figures.head_grid(best, kinds, "grid")
+    assert fig.data[0].text[0][0] == "induction<br>0.50" and fig.data[0].showscale is False
+    wide = figures.head_grid(np.zeros((2, 12)), np.full((2, 12), "induction"), "grid")
+    assert wide.data[0].text[0][0] == "ind<br>0.00"  # 12 heads: the short form
+    assert 9 <= wide.data[0].textfont.size <= 14
+    assert "induction" in wide.data[1].text[0]  # the tooltip keeps the whole word

@@ -47,6 +47,23 @@ def navigation():
     return st.navigation(sections, expanded=True)
 
 
+def ensure_navigation() -> None:
+    """Run through app.py's navigation, even on a fresh server's first visit to a page's own address.
+
+    Streamlit starts in its old pages/ mode when the app has a pages/ folder: until some session has run
+    app.py (whose ``st.navigation`` ends that mode for the whole server), a visit to ``/Attention`` runs
+    that page file alone, with the plain list of files (and "app") as navigation. Leave that mode and run
+    again: the rerun goes through app.py, and the address names the same page there (the url paths are
+    the old ones)."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # another Streamlit: nothing to fix
+        return
+    if getattr(PagesManager, "uses_pages_directory", None):
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def page_links() -> None:
     """A link to every page. (Run as a lone script, as in a test, the links are plain text.)"""
     pages = available()
