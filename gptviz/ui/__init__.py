@@ -16,5 +16,9 @@ from .widgets import (
     vector_editor,
 )
 
+from ..perf import freeze_imports  # noqa: E402
+
+freeze_imports()  # after the heavy imports (see gptviz.perf)
+
 __all__ = ["navigation", "PAGES", "Ctx", "page_links", "page_setup", "show_notices", "clear_edits_button", "downloads", "explain",
            "head_step", "heads_off_toggle", "loss_metrics", "masked", "step_heatmap", "vector_editor"]

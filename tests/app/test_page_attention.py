@@ -11,8 +11,11 @@ def _step(at, title_start):
 def test_one_step_at_a_time_and_every_step_in_order():
     at = ok(page("attention"))
     radio = at.radio(key="s.pick")
-    assert len(radio.options) == 13 and radio.value.startswith("1 · The norm")
-    assert len(at.get("plotly_chart")) == 3  # the head, the detector grid, one step: quick to draw
+    assert len(radio.options) == 13 and radio.value is None  # no step drawn until one is picked
+    assert len(at.get("plotly_chart")) == 2  # the head and the detector grid: quick to draw
+    assert any("Pick one of the 13 steps" in c.value for c in at.caption)
+    at = ok(_step(at, "1 · The norm"))
+    assert len(at.get("plotly_chart")) == 3 and [s.value for s in at.subheader][0].startswith("1 · The norm")
     at.segmented_control(key="att.more").set_value("Every layer × every head").run()
     assert len(at.get("plotly_chart")) == 4 and any("every head" in x for x in titles(at))
     at = ok(_step(at, "6 · The causal"))

@@ -193,9 +193,15 @@ def steps(ctx, *, key: str = "steps", step: int | None = None, every: bool | Non
             _draw_step(ctx, title, name, key=f"{key}.{name}")
         return
     if step is None:
-        choice = st.radio("Step", titles, key=f"{key}.pick", horizontal=True, label_visibility="collapsed")
+        # none drawn until one is picked: a third chart would cost the page a third of its drawing time
+        choice = st.radio("Step", titles, key=f"{key}.pick", horizontal=True, label_visibility="collapsed", index=None)
     else:
         choice = titles[min(step, len(titles) - 1)]
+    if choice is None:
+        st.caption(f"Pick one of the {len(all_steps)} steps to draw it, in the order the model computes them. "
+                   "(One chart at a time keeps the page quick on a projector; the Step-through page walks every "
+                   "step of the model.)")
+        return
     title, name = all_steps[titles.index(choice)]
     st.subheader(title)
     _draw_step(ctx, title, name, key=key)
