@@ -18,6 +18,7 @@ models this small the intra-op thread pool's hand-offs cost more than the arithm
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -70,13 +71,33 @@ def ln_v(cfg: ModelConfig) -> float:
     return math.log(cfg.vocab_size)
 
 
-def fresh_model(cfg: ModelConfig, init_std: Optional[float] = None, activation: Optional[str] = None) -> GPT:
+def _changed(cfg: ModelConfig, init_std: Optional[float], activation: Optional[str]) -> ModelConfig:
     changes = {}
     if init_std is not None:
         changes["init_std"] = float(init_std)
     if activation is not None:
         changes["activation"] = activation
-    return GPT(cfg.replace(**changes) if changes else cfg)
+    return cfg.replace(**changes) if changes else cfg
+
+
+def fresh_model(cfg: ModelConfig, init_std: Optional[float] = None, activation: Optional[str] = None) -> GPT:
+    """A new model of this shape at ``init_std`` (same seed, so the same weights every time): one to train."""
+    return GPT(_changed(cfg, init_std, activation))
+
+
+CACHE_PARAMS = 1_000_000  # fresh models up to this size are built once and kept (32 at most)
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_model(cfg: ModelConfig) -> GPT:
+    return GPT(cfg)
+
+
+def read_only_model(cfg: ModelConfig, init_std: Optional[float] = None, activation: Optional[str] = None) -> GPT:
+    """``fresh_model``'s model for reading only (forward passes, traces): small ones are built once and reused,
+    since the weights depend on the shape, the seed and the scale, never on the text. Never train it."""
+    c = _changed(cfg, init_std, activation)
+    return _kept_model(c) if c.num_params() <= CACHE_PARAMS else GPT(c)
 
 
 # --------------------------------------------------------------------------- fact 1: the initial loss
@@ -84,7 +105,7 @@ def fresh_model(cfg: ModelConfig, init_std: Optional[float] = None, activation: 
 def initial_loss(cfg: ModelConfig, x, y, attention_mask=None, init_std: Optional[float] = None) -> float:
     """Cross-entropy of a freshly initialised model (scale ``init_std``, default the config's) on the batch."""
     x, y, m = _t(x), _t(y), _t(attention_mask)
-    _, loss = fresh_model(cfg, init_std)(x, y, m)
+    _, loss = read_only_model(cfg, init_std)(x, y, m)
     return float(loss)
 
 
@@ -123,7 +144,7 @@ def initial_distributions(cfg: ModelConfig, x, attention_mask=None, init_std: Op
     n = int(_valid(x, m)[row].sum())
     std = float(cfg.init_std if init_std is None else init_std)
     with _threads_for(cfg):
-        logits, _ = fresh_model(cfg, std)(x, None, m)
+        logits, _ = read_only_model(cfg, std)(x, None, m)
     y_row = None if y is None else np.asarray(y)[row]
     return [_guess(logits[row, t], t, std, cfg.vocab_size, y_row) for t in range(n)]
 
@@ -262,7 +283,7 @@ def _mlp_layers(cfg: ModelConfig, x, y, attention_mask, init_std, activation, bi
     x, y, m = _t(x), _t(y), _t(attention_mask)
     act = activation or cfg.activation
     with _threads_for(cfg):
-        tr = trace(fresh_model(cfg, init_std, act), x, y, m, grads=True)
+        tr = trace(read_only_model(cfg, init_std, act), x, y, m, grads=True)
     valid = _valid(x, m)
     layers = []
     for l in range(cfg.n_layer):
@@ -364,7 +385,7 @@ def residual_stds(cfg: ModelConfig, x, attention_mask=None, init_std: Optional[f
     """
     x, m = _t(x), _t(attention_mask)
     with _threads_for(cfg):
-        tr = trace(fresh_model(cfg, init_std), x, attention_mask=m)
+        tr = trace(read_only_model(cfg, init_std), x, attention_mask=m)
     valid = _valid(x, m)
     pts = residual_points(cfg)
     stds = [float(tr[n][valid].std()) for n, _ in pts]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset
+from gptviz import GPT, ModelConfig, encode_batch, get_tokenizer, preset
 from gptviz import figures_init as fi
 from gptviz import init_study as study
 from gptviz.data import BUILTIN_TEXT, DEFAULT_PROMPT
@@ -245,3 +245,18 @@ def test_training_leaves_torch_threads_as_it_found_them(setup):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_read_only_models_are_built_once_and_equal_fresh_ones():
+    """The studies' forward passes reuse one model per (shape, scale, activation): its weights are those of a
+    fresh model (same seed), and a model to train is always a new one."""
+    from gptviz.init_study import fresh_model, read_only_model
+
+    cfg = ModelConfig(vocab_size=30, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    a, b = read_only_model(cfg, 0.5), read_only_model(cfg, 0.5)
+    assert a is b and a is not read_only_model(cfg, 0.25)
+    f = fresh_model(cfg, 0.5)
+    assert f is not a and f is not fresh_model(cfg, 0.5)
+    for (n, p), (_, q) in zip(a.named_parameters(), f.named_parameters()):
+        assert torch.equal(p, q), n
+    assert read_only_model(cfg, 0.5, "tanh").config.activation == "tanh"
