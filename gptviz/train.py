@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -46,21 +47,25 @@ CORPUS_RECIPES = {
 }
 
 
-def _train_corpus(a, argv) -> int:
-    """Train a Shakespeare model, reporting held-out loss per character and the probe's head scores."""
-    from . import corpus, heads
+def run_recipe(name: str, seed: int = 0, overrides: Optional[dict] = None, stop_after: Optional[int] = None,
+               verbose: bool = True) -> dict:
+    """Train one of the CORPUS_RECIPES as ``python -m gptviz.train --task name`` does, scoring the held-out
+    plays and the repeated-random probe at every evaluation (the ``curve``). ``stop_after`` ends the run
+    after that many steps (the schedule is still the whole run's): the start of a shipped run can be
+    re-made and compared with the curve its checkpoint recorded.
+
+    Returns ``model, hist, curve, task, cfg, tc, seconds``."""
+    from . import heads
     from .config import ModelConfig
     from .tasks import ShakespeareTask
 
-    r = dict(CORPUS_RECIPES[a.task])
-    for k in ("steps", "batch_size", "lr"):
-        if getattr(a, k) is not None:
-            r[k] = getattr(a, k)
+    r = dict(CORPUS_RECIPES[name])
+    r.update({k: v for k, v in (overrides or {}).items() if v is not None})
     task = ShakespeareTask(block_size=r.get("block_size", 128), induction_share=r["induction_share"],
                            run_len=r.get("run_len", (8, 48)), warmup_share=r.get("warmup_share", 0.0),
                            warmup_steps=r.get("warmup_steps", 0))
-    cfg = ModelConfig(vocab_size=task.vocab_size, block_size=task.block_size, seed=a.seed, **r["model"])
-    tc = TrainConfig(steps=r["steps"], batch_size=r["batch_size"], lr=r["lr"], optimizer="adamw", seed=a.seed,
+    cfg = ModelConfig(vocab_size=task.vocab_size, block_size=task.block_size, seed=seed, **r["model"])
+    tc = TrainConfig(steps=r["steps"], batch_size=r["batch_size"], lr=r["lr"], optimizer="adamw", seed=seed,
                      weight_decay=r["weight_decay"], warmup=r["warmup"], schedule=r["schedule"],
                      eval_every=r["eval_every"], snapshot_every=r["eval_every"])
     t0 = time.perf_counter()
@@ -77,14 +82,31 @@ def _train_corpus(a, argv) -> int:
                "previous_max_layer0": float(prev[0].max()), "probe_loss_first": pr["loss_first"],
                "probe_loss_second": pr["loss_second"]}
         curve.append(row)
-        print(f"step {step:6d}  train {row['train_loss']:.3f}  val {v['nats_per_char']:.3f} nats/char  "
-              f"induction(L{cfg.n_layer - 1}) {row['induction_max']:.2f}  prev(L0) {row['previous_max_layer0']:.2f}  "
-              f"probe loss 1st {pr['loss_first']:.2f} 2nd {pr['loss_second']:.2f}  {row['seconds']:7.1f}s", flush=True)
+        if verbose:
+            print(f"step {step:6d}  train {row['train_loss']:.3f}  val {v['nats_per_char']:.3f} nats/char  "
+                  f"induction(L{cfg.n_layer - 1}) {row['induction_max']:.2f}  prev(L0) {row['previous_max_layer0']:.2f}  "
+                  f"probe loss 1st {pr['loss_first']:.2f} 2nd {pr['loss_second']:.2f}  {row['seconds']:7.1f}s", flush=True)
+
+    done = [0]
+
+    def stop() -> bool:  # asked before every step
+        done[0] += 1
+        return stop_after is not None and done[0] > stop_after
 
     # the progress hook scores the live model, so train this one in place rather than a copy
     progress.model = model0 = GPT(cfg)
-    model, hist = train(model0, task, tc, on_progress=progress, copy_model=False)
-    seconds = time.perf_counter() - t0
+    model, hist = train(model0, task, tc, on_progress=progress, should_stop=stop, copy_model=False)
+    return dict(model=model, hist=hist, curve=curve, task=task, cfg=cfg, tc=tc, seconds=time.perf_counter() - t0)
+
+
+def _train_corpus(a, argv) -> int:
+    """Train a Shakespeare model, reporting held-out loss per character and the probe's head scores."""
+    from . import corpus, heads
+
+    run = run_recipe(a.task, a.seed, {k: getattr(a, k) for k in ("steps", "batch_size", "lr")})
+    model, hist, curve, task, tc = run["model"], run["hist"], run["curve"], run["task"], run["tc"]
+    cfg = run["cfg"]
+    seconds = run["seconds"]
     val = task.validation(model)
     base = corpus.baselines(task.tokenizer)
     pr = heads.probe(model, n=32, batch=16, seed=1)
