@@ -173,10 +173,9 @@ def n_forward_needed(cfg, T: int) -> int:
 PAIRS = {
     "sort": [("fbdacb|abbcd", "ebdacb|abbcd")],  # sorted "abbcdf": after "abbcd" comes f (or e, corrupted)
     "induction": [("kbhdcafkbhdca", "kbhdcagkbhdca")],  # "…a f … a" → f; with g after the first a → g
-    # the Shakespeare models' char BPE: "Denmark" and "England" are both ' ' + 6 pieces; an induction head
-    # copies the first piece of what followed "the Prince of" the first time ('D' clean, 'E' corrupted)
-    "shakespeare-induction": [("the Prince of Denmark and the Prince of ", "the Prince of England and the Prince of ")],
-    "shakespeare": [("the Prince of Denmark and the Prince of ", "the Prince of England and the Prince of ")],
+    # the Shakespeare models' char BPE: " England" is ' ', 'E', 'n', …, " Egypt" ' ', 'E', 'g', …: after the second
+    # "E" an induction head copies what followed the first ('n' clean, 'g' corrupted)
+    "shakespeare-induction": [("the Prince of England and the Prince of E", "the Prince of Egypt and the Prince of E")],
     "": [("the cat sat on the mat", "the rat sat on the mat"),
          ("the cat sat on the mat", "the dog sat on the mat"),
          ("the cat sat on the", "the dog sat on the"),

@@ -148,20 +148,20 @@ def test_a_single_token_text_has_nothing_to_attribute():
 
 
 def test_the_induction_model_gets_an_induction_pair_and_patching_finds_the_detectors_head():
-    """On the shipped attention-only model the ready-made pair is an induction prompt ("the Prince of Denmark and
-    the Prince of " → 'D'; with England first → 'E'), and the head patching finds the head that the detector
+    """On the shipped attention-only model the ready-made pair is an induction prompt ("the Prince of England and
+    the Prince of E" → 'n'; with Egypt first → 'g'), and the head patching finds the head that the detector
     scores highest for induction on the repeated-random probe."""
     from gptviz import heads, load_checkpoint
     from gptviz.ui.resources import CHECKPOINTS
 
     at = ok(who(preset="checkpoint: induction-heads"))
-    assert text_input(at, "Clean prompt").value == "the Prince of Denmark and the Prince of "
+    assert text_input(at, "Clean prompt").value == "the Prince of England and the Prince of E"
     answer = next(s for s in at.selectbox if s.label.startswith("Answer"))
     wrong = next(s for s in at.selectbox if s.label.startswith("Wrong token"))
-    assert "'D'" in answer.format_func(answer.value) and "'E'" in wrong.format_func(wrong.value)
+    assert "'n'" in answer.format_func(answer.value) and "'g'" in wrong.format_func(wrong.value)
     grid = array(chart(at, "Patch one head")["data"][0]["z"]).astype(float)  # (layer, head)
     ck = load_checkpoint(CHECKPOINTS / "induction-heads.safetensors")
     ind = heads.probe(ck.model, n=32, batch=8, seed=7)["scores"]["induction"]
     assert grid.shape == ind.shape
-    assert np.unravel_index(np.nanargmax(grid), grid.shape) == (1, int(np.argmax(ind[1])))
-    assert np.nanmax(grid) > 0.5
+    best = int(np.argmax(ind[1]))
+    assert int(np.nanargmax(grid[1])) == best and grid[1, best] > 0.5  # layer 1: the detector's induction head
