@@ -319,7 +319,14 @@ def fixed_margins(fig: go.Figure, plot_width: int = 700) -> go.Figure:
         else:
             dom = ax.get("domain") or [0, 1]
             room = plot_width * max(0.1, dom[1] - dom[0]) / max(1, len(labels))
-            tall = widest if labels and widest + 4 > room else size * 1.3  # crowded labels turn on their side
+            tall = size * 1.3
+            if labels and widest + 4 > room:  # crowded labels turn: by 45° when there is room, else on their side
+                angle = ax.get("tickangle")
+                if angle is None or angle == "auto":
+                    angle = -45 if room >= size * 1.5 else -90
+                    lay[key] = dict(ax, tickangle=angle)
+                turn = abs(math.sin(math.radians(float(angle))))
+                tall = widest * turn + size * (1.3 - turn)
             side = "t" if ax.get("side") == "top" else "b"
             extra = (tall + 8 + title_px) if labels or title_px else 0.0
             need[side] = (need[side] + extra) if side == "t" else max(need[side], 10 + extra)
@@ -331,6 +338,9 @@ def fixed_margins(fig: go.Figure, plot_width: int = 700) -> go.Figure:
     margin.update({k: v for k, v in m.items() if k not in ("l", "r", "t", "b", "autoexpand")})
     margin["autoexpand"] = False
     lay["margin"] = margin
+    if bars and float(lay.get("height") or 450) - margin["t"] - margin["b"] < 8 * tick:
+        for t in bars:  # a short chart: its colour bar labels only its ends and middle, never overlapping
+            t["colorbar"] = dict(t.get("colorbar") or {}, nticks=3)
     for key in axes:
         lay[key] = dict(lay.get(key) or {}, automargin=False)
     return _figure(data, lay)

@@ -209,7 +209,16 @@ def test_fixed_margins_make_room_for_every_label_and_colour_bar():
     crowded = lay(short)
     crowded["xaxis"].update(tickvals=list(range(64)), ticktext=many)
     zz = np.zeros((3, 64))
-    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=zz)], crowded)).layout.margin.b >= 7 * 16 * 0.62
+    turned = figures.fixed_margins(figures._figure([dict(type="heatmap", z=zz)], crowded))
+    assert turned.layout.margin.b >= 7 * 16 * 0.62 and turned.layout.xaxis.tickangle == -90
+    some = lay(short)
+    some["xaxis"].update(tickvals=list(range(12)), ticktext=[f"token{i}" for i in range(12)])
+    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=np.zeros((3, 12)))], some)).layout.xaxis.tickangle == -45
+    # a short chart's colour bar labels only its ends and middle; a tall one is left to Plotly
+    short_fig = lay(short)
+    short_fig["height"] = 160
+    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], short_fig)).data[0].colorbar.nticks == 3
+    assert small.data[0].colorbar.nticks is None
     # a chart with a legend keeps Plotly's own margins
     legend = figures._figure([dict(type="scatter", y=[1, 2], name="a"), dict(type="scatter", y=[2, 1], name="b")],
                              dict(margin=dict(l=10, r=10, t=60, b=10)))
