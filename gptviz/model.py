@@ -181,6 +181,21 @@ class MLP(nn.Module):
         return self.c_proj(h)  # (B, T, C)
 
 
+def sublayer(block, x, f, norm, hook_out, hook_resid, rec: Recorder = None, train: bool = False):
+    """One sublayer ``f`` (attention or MLP) of ``block`` with its residual connection and norm, hooked as
+    ``hook_out`` (f's output, after dropout) and ``hook_resid`` (the stream after the add).
+
+    Pre-norm (GPT-2): ``x + f(norm(x))``. Post-norm (the 2017 Transformer): ``norm(x + f(x))``. ``block`` gives
+    ``pre_norm`` and ``dropout``."""
+    p = block.dropout
+    h = norm(x, rec) if block.pre_norm else x
+    out = f(h)
+    if train and p > 0:
+        out = F.dropout(out, p, training=True)
+    out = hook_out(out, rec)
+    return hook_resid(x + out, rec) if block.pre_norm else hook_resid(norm(x + out, rec), rec)
+
+
 class Block(nn.Module):
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
@@ -196,25 +211,14 @@ class Block(nn.Module):
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint(p + f"hook_{name}"))
 
-    def _drop(self, x, train):
-        return F.dropout(x, self.dropout, training=True) if train and self.dropout > 0 else x
-
     def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
         x = self.hook_resid_pre(x, rec)
-        if self.pre_norm:  # GPT-2: x = x + sublayer(norm(x))
-            a = self.hook_attn_out(self._drop(self.attn(self.ln_1(x, rec), mask, rope_cs, rec, train), train), rec)
-            x = self.hook_resid_mid(x + a, rec)
-            if self.attn_only:
-                return self.hook_resid_post(x, rec)
-            m = self.hook_mlp_out(self._drop(self.mlp(self.ln_2(x, rec), rec), train), rec)
-            return self.hook_resid_post(x + m, rec)
-        # the 2017 Transformer: x = norm(x + sublayer(x))
-        a = self.hook_attn_out(self._drop(self.attn(x, mask, rope_cs, rec, train), train), rec)
-        x = self.hook_resid_mid(self.ln_1(x + a, rec), rec)
+        x = sublayer(self, x, lambda h: self.attn(h, mask, rope_cs, rec, train), self.ln_1, self.hook_attn_out,
+                     self.hook_resid_mid, rec, train)
         if self.attn_only:
             return self.hook_resid_post(x, rec)
-        m = self.hook_mlp_out(self._drop(self.mlp(x, rec), train), rec)
-        return self.hook_resid_post(self.ln_2(x + m, rec), rec)
+        return sublayer(self, x, lambda h: self.mlp(h, rec), self.ln_2, self.hook_mlp_out, self.hook_resid_post,
+                        rec, train)
 
 
 class GPT(nn.Module):

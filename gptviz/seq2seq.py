@@ -35,7 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .model import GPT, MLP, HeadsAttention, HookPoint, Norm, Recorder, rope_angles, sinusoidal_table
+from .model import GPT, MLP, HeadsAttention, HookPoint, Norm, Recorder, rope_angles, sinusoidal_table, sublayer
 
 
 def build_model(config: ModelConfig):
@@ -89,22 +89,13 @@ class EncoderBlock(nn.Module):
             setattr(self, f"hook_{name}", HookPoint(p + f"hook_{name}"))
 
     def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
-        d = self.dropout
         x = self.hook_resid_pre(x, rec)
-        if self.pre_norm:
-            h = self.ln_1(x, rec)
-            a = self.hook_attn_out(_drop(self.attn(h, h, mask, rope_cs, rec, train), d, train), rec)
-            x = self.hook_resid_mid(x + a, rec)
-            if self.attn_only:
-                return self.hook_resid_post(x, rec)
-            m = self.hook_mlp_out(_drop(self.mlp(self.ln_2(x, rec), rec), d, train), rec)
-            return self.hook_resid_post(x + m, rec)
-        a = self.hook_attn_out(_drop(self.attn(x, x, mask, rope_cs, rec, train), d, train), rec)
-        x = self.hook_resid_mid(self.ln_1(x + a, rec), rec)
+        x = sublayer(self, x, lambda h: self.attn(h, h, mask, rope_cs, rec, train), self.ln_1, self.hook_attn_out,
+                     self.hook_resid_mid, rec, train)
         if self.attn_only:
             return self.hook_resid_post(x, rec)
-        m = self.hook_mlp_out(_drop(self.mlp(x, rec), d, train), rec)
-        return self.hook_resid_post(self.ln_2(x + m, rec), rec)
+        return sublayer(self, x, lambda h: self.mlp(h, rec), self.ln_2, self.hook_mlp_out, self.hook_resid_post,
+                        rec, train)
 
 
 class DecoderBlock(nn.Module):
@@ -133,28 +124,16 @@ class DecoderBlock(nn.Module):
             setattr(self, f"hook_{name}", HookPoint(p + f"hook_{name}"))
 
     def forward(self, x, enc, mask, cross_mask, rope_cs, rec: Recorder = None, train: bool = False):
-        d = self.dropout
+        # pre-norm: x = x + sublayer(norm(x)); the 2017 Transformer: x = norm(x + sublayer(x)), three times
         x = self.hook_resid_pre(x, rec)
-        if self.pre_norm:  # x = x + sublayer(norm(x))
-            h = self.ln_1(x, rec)
-            a = self.hook_attn_out(_drop(self.attn(h, h, mask, rope_cs, rec, train), d, train), rec)
-            x = self.hook_resid_mid(x + a, rec)
-            c = self.cross_attn(self.ln_cross(x, rec), enc, cross_mask, None, rec, train)
-            c = self.hook_cross_out(_drop(c, d, train), rec)
-            x = self.hook_resid_cross(x + c, rec)
-            if self.attn_only:
-                return self.hook_resid_post(x, rec)
-            m = self.hook_mlp_out(_drop(self.mlp(self.ln_2(x, rec), rec), d, train), rec)
-            return self.hook_resid_post(x + m, rec)
-        # the 2017 Transformer: x = norm(x + sublayer(x)), three times
-        a = self.hook_attn_out(_drop(self.attn(x, x, mask, rope_cs, rec, train), d, train), rec)
-        x = self.hook_resid_mid(self.ln_1(x + a, rec), rec)
-        c = self.hook_cross_out(_drop(self.cross_attn(x, enc, cross_mask, None, rec, train), d, train), rec)
-        x = self.hook_resid_cross(self.ln_cross(x + c, rec), rec)
+        x = sublayer(self, x, lambda h: self.attn(h, h, mask, rope_cs, rec, train), self.ln_1, self.hook_attn_out,
+                     self.hook_resid_mid, rec, train)
+        x = sublayer(self, x, lambda h: self.cross_attn(h, enc, cross_mask, None, rec, train), self.ln_cross,
+                     self.hook_cross_out, self.hook_resid_cross, rec, train)
         if self.attn_only:
             return self.hook_resid_post(x, rec)
-        m = self.hook_mlp_out(_drop(self.mlp(x, rec), d, train), rec)
-        return self.hook_resid_post(self.ln_2(x + m, rec), rec)
+        return sublayer(self, x, lambda h: self.mlp(h, rec), self.ln_2, self.hook_mlp_out, self.hook_resid_post,
+                        rec, train)
 
 
 class Seq2Seq(nn.Module):
