@@ -16,7 +16,6 @@ import html
 import json
 import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -37,14 +36,7 @@ TOP_K = 12
 
 
 # --------------------------------------------------------------------------------------------- the store
-@dataclass
-class Entry:
-    """A loaded model, as ``gptviz.ui.resources.Entry``."""
-
-    model: Any
-    tokenizer: object = None
-    label: str = ""
-    meta: dict = field(default_factory=dict)
+Entry = session.Entry
 
 
 def shipped_names() -> list[str]:

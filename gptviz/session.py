@@ -46,6 +46,17 @@ def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
 
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+
+
+@dataclass
+class Entry:
+    """A model that is not built from a config alone (trained, uploaded or shipped), with the tokenizer it was
+    made for, a label and its checkpoint's metadata: what a store's ``registered(key)`` returns."""
+
+    model: Any
+    tokenizer: object = None
+    label: str = ""
+    meta: dict = field(default_factory=dict)
 # The app opens on the shipped Shakespeare model, so the first heatmap a class sees is a learned pattern
 # (the small untrained model is the preset "default"; links that name it still open it).
 OPENING_MODEL = "shakespeare"

@@ -10,7 +10,6 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
@@ -21,6 +20,7 @@ import torch
 from .. import edits as edit_specs
 from ..config import ModelConfig
 from ..model import GPT
+from ..session import Entry
 from ..seq2seq import build_model
 from ..tokenizers import TokenizerUnavailable, get_tokenizer
 from ..trace import Trace, trace
@@ -31,14 +31,6 @@ CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 # tokenizer they were made for. Each is registered once and never changed afterwards; a new training
 # run or upload gets a new key. The oldest are forgotten past MAX_REGISTERED.
 MAX_REGISTERED = 32
-
-
-@dataclass
-class Entry:
-    model: GPT
-    tokenizer: object = None
-    label: str = ""
-    meta: dict = field(default_factory=dict)
 
 
 _REGISTERED: "OrderedDict[str, Entry]" = OrderedDict()

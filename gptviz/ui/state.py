@@ -12,7 +12,7 @@ from .. import session
 from ..config import PRESETS
 from ..session import (  # noqa: F401 - re-exported for the pages
     BOOL_FIELDS, CKPT_PREFIX, CONFIG_FIELDS, FLOAT_FIELDS, INT_FIELDS, URL_FIELDS, _coerce, _config_settings,
-    config_from_settings, config_json, defaults)
+    config_from_settings, config_json, defaults, encode_source)
 from ..tokenizers import TOKENIZER_NAMES
 
 KEY = "gptviz.settings"
@@ -125,27 +125,6 @@ def decoder_text(ctx, source: str) -> Optional[str]:
         if ids:
             lines.append(task.decoder_text(ctx.tok.decode(ids)))
     return "\n".join(lines) or None
-
-
-def encode_source(tok, cfg, text: Optional[str], rows: int):
-    """``(batch, notices)``: the source as a ``Batch`` (x: the encoder's token ids, attention_mask: 1 real, 0
-    padding) with exactly ``rows`` rows (the last line repeats if there are fewer lines), or ``(None, notices)``
-    when the model has no encoder (n_enc_layer < 1) or the text gives no tokens."""
-    from ..data import Batch, encode_batch
-
-    if cfg.n_enc_layer < 1 or not text or not str(text).strip():
-        return None, []
-    try:
-        src = encode_batch(tok, str(text), cfg.enc_len)
-    except ValueError as exc:
-        return None, [f"The source can't be read ({exc}): the encoder reads the model's example instead."]
-    ok = [i for i in range(src.x.shape[0]) if 0 <= int(src.x[i].min()) and int(src.x[i].max()) < cfg.vocab_size]
-    if len(ok) != src.x.shape[0]:
-        return None, ["The source has tokens outside this model's vocabulary: the encoder reads the model's example "
-                      "instead."]
-    pick = [min(r, src.x.shape[0] - 1) for r in range(rows)]
-    out = Batch(src.x[pick], src.y[pick], src.attention_mask[pick], [src.lengths[i] for i in pick], src.notices)
-    return out, [f"Source: {n}" for n in src.notices]
 
 
 class _SourceStore:
