@@ -28,7 +28,7 @@ from .data import encode_batch
 from .loss import mean_over, uniform_loss
 from .seq2seq import build_model
 from .tokenizers import TokenizerUnavailable, get_tokenizer
-from .trace import Trace, trace
+from .trace import Trace
 
 CHECKPOINTS = session.CHECKPOINTS
 FULL_VOCAB_LIMIT = 96  # as the Logits page: a bigger vocabulary shows its top-k columns plus the targets
@@ -111,27 +111,13 @@ class Store:
     def traced(self, cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],
                edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
         """A trace as numpy arrays (the arguments as ``gptviz.ui.resources.traced``)."""
-        import torch
-
         k = (cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
         if k in self._traces:
             return self._traces[k]
         model = self.get_model(cfg_json, model_key)
-        cfg = model.config
-        if src is None and cfg.n_enc_layer > 0:
-            src, src_mask = self.default_source(model_key, x, cfg)
-        spec = json.loads(edits_key)
-        edits = edit_specs.from_spec(spec, cfg.n_layer, cfg.n_head) if not edit_specs.is_empty(spec) else None
-        source = {}
-        if src is not None:
-            source["enc_input"] = torch.tensor(src, dtype=torch.long)
-            if src_mask is not None and not all(all(r) for r in src_mask):
-                source["enc_mask"] = torch.tensor(src_mask, dtype=torch.long)
-        tr = trace(model, torch.tensor(x, dtype=torch.long),
-                   targets=None if y is None else torch.tensor(y, dtype=torch.long),
-                   attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
-                   edits=edits, grads=grads, **source)
-        tr = tr.numpy().without_param_grads() if grads else tr.numpy()
+        if src is None and model.config.n_enc_layer > 0:
+            src, src_mask = self.default_source(model_key, x, model.config)
+        tr = session.trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask)
         self._traces[k] = tr
         return tr
 

@@ -240,6 +240,30 @@ def _cap(msg: str) -> str:
     return msg[:1].upper() + msg[1:]
 
 
+def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], edits_key: str, grads: bool,
+                   src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
+    """The trace a store serves for these (hashable) arguments: numpy arrays, read-only, and with gradients only
+    the weight gradients' norms. ``edits_key`` is ``edits.spec_key(spec)``; ``src``/``src_mask`` an
+    encoder-decoder model's source token ids and padding mask."""
+    import torch
+
+    from .trace import trace
+
+    cfg = model.config
+    spec = json.loads(edits_key)
+    edits = edit_specs.from_spec(spec, cfg.n_layer, cfg.n_head) if not edit_specs.is_empty(spec) else None
+    source = {}
+    if src is not None:
+        source["enc_input"] = torch.tensor(src, dtype=torch.long)
+        if src_mask is not None and not all(all(r) for r in src_mask):
+            source["enc_mask"] = torch.tensor(src_mask, dtype=torch.long)
+    tr = trace(model, torch.tensor(x, dtype=torch.long),
+               targets=None if y is None else torch.tensor(y, dtype=torch.long),
+               attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
+               edits=edits, grads=grads, weight_grads="norms" if grads else "tensors", **source)
+    return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
+
+
 def encode_source(tok, cfg: ModelConfig, text: Optional[str], rows: int) -> tuple[Optional[Batch], list[str]]:
     """An encoder-decoder model's source as a ``Batch`` with exactly ``rows`` rows (the last line repeats if there
     are fewer lines), and notices; ``(None, notices)`` when the model has no encoder (n_enc_layer < 1) or the

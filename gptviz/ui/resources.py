@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Optional
 
 import streamlit as st
-import torch
 
-from .. import edits as edit_specs
 from ..config import ModelConfig
 from ..model import GPT
-from ..session import Entry
+from ..session import Entry, trace_for_view
 from ..seq2seq import build_model
 from ..tokenizers import TokenizerUnavailable, get_tokenizer
-from ..trace import Trace, trace
+from ..trace import Trace
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
@@ -171,26 +169,7 @@ def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tupl
 
 
 def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
-    model = get_model(cfg_json, model_key)
-    cfg = model.config
-    spec = json.loads(edits_key)
-    edits = edit_specs.from_spec(spec, cfg.n_layer, cfg.n_head) if not edit_specs.is_empty(spec) else None
-    source = {}
-    if src is not None:
-        source["enc_input"] = torch.tensor(src, dtype=torch.long)
-        if src_mask is not None and not all(all(r) for r in src_mask):
-            source["enc_mask"] = torch.tensor(src_mask, dtype=torch.long)
-    tr = trace(
-        model,
-        torch.tensor(x, dtype=torch.long),
-        targets=None if y is None else torch.tensor(y, dtype=torch.long),
-        attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
-        edits=edits,
-        grads=grads,
-        weight_grads="norms" if grads else "tensors",  # the pages show weight gradients' norms only
-        **source,
-    )
-    return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
+    return trace_for_view(get_model(cfg_json, model_key), x, y, mask, edits_key, grads, src, src_mask)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
