@@ -50,7 +50,7 @@ class ModelConfig:
     rope_base: float = 10000.0
     seed: int = 0
     attn_only: bool = False  # blocks without an MLP: the setting where induction heads are studied
-    # Encoder-decoder (gptviz.seq2seq): -1 = decoder only (GPT); 0 = a decoder with cross-attention whose
+    # Encoder-decoder (gptviz.model.encoder_decoder): -1 = decoder only (GPT); 0 = a decoder with cross-attention whose
     # encoder output is a fixed, seeded random tensor; 1 or more = a real encoder of that many blocks.
     n_enc_layer: int = -1
     enc_len: int = 8  # encoder positions: the fixed encoder output's length, or the longest source

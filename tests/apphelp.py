@@ -7,17 +7,17 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {
-    "home": "pages/0_Home.py",
-    "tokens": "pages/1_Tokens_and_batch.py",
-    "embeddings": "pages/2_Embeddings.py",
-    "attention": "pages/3_Attention.py",
-    "mlp": "pages/4_MLP_and_residual.py",
-    "logits": "pages/5_Logits_and_loss.py",
-    "step": "pages/6_Step_through.py",
-    "backward": "pages/7_Backward.py",
-    "training": "pages/8_Training.py",
-    "generation": "pages/9_Generation.py",
-    "weights": "pages/10_Model_and_weights.py",
+    "home": "app_pages/home.py",
+    "tokens": "app_pages/tokens_and_batch.py",
+    "embeddings": "app_pages/embeddings.py",
+    "attention": "app_pages/attention.py",
+    "mlp": "app_pages/mlp_and_residual.py",
+    "logits": "app_pages/logits_and_loss.py",
+    "step": "app_pages/step_through.py",
+    "backward": "app_pages/backward.py",
+    "training": "app_pages/training.py",
+    "generation": "app_pages/generation.py",
+    "weights": "app_pages/model_and_weights.py",
 }
 TIMEOUT = 120  # torch's first import alone can take seconds
 
@@ -112,7 +112,7 @@ def engine_run(edit_name=None, index=(), values=None):
     import torch.nn.functional as F
 
     from gptviz import GPT, encode_batch, get_tokenizer, preset
-    from gptviz.data import DEFAULT_PROMPT
+    from gptviz.text.batches import DEFAULT_PROMPT
 
     tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
     cfg = preset("default", vocab_size=tok.vocab_size)

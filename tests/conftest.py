@@ -7,7 +7,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# No test reads anything outside this repository: the tiktoken vocabularies ship in gptviz/data/tiktoken.
+# No test reads anything outside this repository: the tiktoken vocabularies ship in gptviz/text/data/tiktoken.
 
 from gptviz import GPT, ModelConfig  # noqa: E402
 

@@ -4,9 +4,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gptviz.bpe import apply_merges
-from gptviz.data import BUILTIN_TEXT
-from gptviz.tokenizers import CharBPETokenizer, _merge
+from gptviz.text.bpe import apply_merges
+from gptviz.text.batches import BUILTIN_TEXT
+from gptviz.text.tokenizers import CharBPETokenizer, _merge
 
 
 def simple(seq, ranks):

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from conftest import CONFIGS, random_ids
-from gptviz import GPT, CharBPETokenizer, trace
-from gptviz.checkpoint import load_checkpoint, save_checkpoint
+from gptviz import GPT, CharBPETokenizer
+from gptviz import trace
+from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
 
 
 def perturb(model, seed=0):

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from conftest import CONFIGS, random_ids
-from gptviz import GPT, figures, trace, views
-from gptviz.steps import PROBABILITY
+from gptviz import GPT
+from gptviz.present import figures, matrices
+from gptviz import trace
+from gptviz.present.descriptions import PROBABILITY
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def roundtrip(fig):
 
 def test_signed_heatmap_is_diverging_and_centred(tr):
     name = "blocks.0.hook_resid_pre"
-    m = views.step_matrix(tr[name], tr.info(name), TOKS, batch=0)
+    m = matrices.step_matrix(tr[name], tr.info(name), TOKS, batch=0)
     fig = figures.heatmap(m, "resid")
     h = fig.data[0]
     assert h.type == "heatmap" and len(fig.data) == 1
@@ -43,8 +45,8 @@ def test_signed_heatmap_is_diverging_and_centred(tr):
 
 def test_probability_heatmap_is_fixed_zero_to_one_with_masked_cells_grey(tr):
     name = "blocks.0.attn.hook_pattern"
-    mk = views.masked_cells(tr, 1)
-    m = views.step_matrix(tr[name], tr.info(name), TOKS, batch=1, head=1, masked=mk)
+    mk = matrices.masked_cells(tr, 1)
+    m = matrices.step_matrix(tr[name], tr.info(name), TOKS, batch=1, head=1, masked=mk)
     fig = figures.heatmap(m, "pattern")
     main, overlay = fig.data
     assert (main.zmin, main.zmax) == (0.0, 1.0)
@@ -62,7 +64,7 @@ def test_probability_heatmap_is_fixed_zero_to_one_with_masked_cells_grey(tr):
 
 def test_masked_scores_mark_minus_infinity(tr):
     name = "blocks.1.attn.hook_attn_scores"
-    m = views.step_matrix(tr[name], tr.info(name), TOKS, batch=0, head=0)
+    m = matrices.step_matrix(tr[name], tr.info(name), TOKS, batch=0, head=0)
     assert np.array_equal(m.masked, np.triu(np.ones((6, 6), bool), 1))
     fig = figures.heatmap(m)
     assert len(fig.data) == 2 and fig.data[0].zmid == 0
@@ -71,51 +73,51 @@ def test_masked_scores_mark_minus_infinity(tr):
 def test_heads_and_paging(tr):
     z = tr["blocks.0.attn.hook_z"]
     info = tr.info("blocks.0.attn.hook_z")
-    one = views.step_matrix(z, info, TOKS, head=1)
+    one = matrices.step_matrix(z, info, TOKS, head=1)
     assert one.values.shape == (6, 4) and one.cols[0] == "h1.0"
     assert np.array_equal(one.values, z[0, :, 1])
-    allh = views.step_matrix(z, info, TOKS, head=None)
+    allh = matrices.step_matrix(z, info, TOKS, head=None)
     assert allh.values.shape == (6, 8) and allh.cols[4] == "h1.0"
-    paged = views.step_matrix(z, info, TOKS, head=None, max_cols=3, col_page=2)
+    paged = matrices.step_matrix(z, info, TOKS, head=None, max_cols=3, col_page=2)
     assert paged.values.shape == (6, 2) and "page 3 of 3" in paged.note
     assert np.array_equal(paged.values, allh.values[:, 6:8])
 
 
 def test_numbers_in_cells_only_when_small(tr):
     name = "blocks.0.attn.hook_pattern"
-    m = views.step_matrix(tr[name], tr.info(name), TOKS, head=0)
+    m = matrices.step_matrix(tr[name], tr.info(name), TOKS, head=0)
     assert figures.heatmap(m, show_values=True).data[0].texttemplate == "%{z:.2f}"
     assert figures.heatmap(m, show_values=False).data[0].texttemplate is None
-    big = views.Matrix(np.zeros((30, 30)), [str(i) for i in range(30)], [str(i) for i in range(30)], "r", "c", "signed")
+    big = matrices.Matrix(np.zeros((30, 30)), [str(i) for i in range(30)], [str(i) for i in range(30)], "r", "c", "signed")
     assert figures.heatmap(big, show_values=True).data[0].texttemplate is None
 
 
 def test_nonnegative_and_scalar(tr):
-    m = views.step_matrix(tr["blocks.0.ln1.hook_scale"], tr.info("blocks.0.ln1.hook_scale"), TOKS)
+    m = matrices.step_matrix(tr["blocks.0.ln1.hook_scale"], tr.info("blocks.0.ln1.hook_scale"), TOKS)
     h = figures.heatmap(m).data[0]
     assert h.zmin == 0 and h.colorscale and m.values.shape == (6, 1)
-    loss = views.step_matrix(tr["hook_loss"], tr.info("hook_loss"), TOKS)
+    loss = matrices.step_matrix(tr["hook_loss"], tr.info("hook_loss"), TOKS)
     assert loss.values.shape == (1, 1) and loss.values[0, 0] == pytest.approx(tr.loss)
 
 
 def test_vocab_columns_top_k_plus_targets():
     logits = np.array([[0.0, 5.0, 1.0, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0, 4.0]])
-    ids = views.vocab_columns(logits, np.array([3, -100]), k=1)
+    ids = matrices.vocab_columns(logits, np.array([3, -100]), k=1)
     assert ids.tolist() == [1, 3, 4]
-    m = views.vocab_matrix(logits, ids, ["a", "b", "c", "d", "e"], ["x", "y"], "signed")
+    m = matrices.vocab_matrix(logits, ids, ["a", "b", "c", "d", "e"], ["x", "y"], "signed")
     assert m.cols == ["b", "d", "e"] and m.values[1, 2] == 4.0
 
 
 def test_top_predictions_and_averaging():
     p = np.array([[0.1, 0.7, 0.2]])
-    assert views.top_predictions(p, 2, ["a", "b", "c"]) == [[("b", 0.7), ("c", 0.2)]]
-    avg = views.averaging_matrix(3)
+    assert matrices.top_predictions(p, 2, ["a", "b", "c"]) == [[("b", 0.7), ("c", 0.2)]]
+    avg = matrices.averaging_matrix(3)
     assert np.allclose(avg, [[1, 0, 0], [0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]])
 
 
 def test_tiled_heatmap_places_every_head(tr):
     tiles = [[tr[f"blocks.{l}.attn.hook_pattern"][0, h] for h in range(2)] for l in range(2)]
-    mk = views.masked_cells(tr, 0)
+    mk = matrices.masked_cells(tr, 0)
     fig = figures.tiled_heatmap(tiles, ["L0", "L1"], ["H0", "H1"], PROBABILITY, masked=mk)
     z = np.asarray(fig.data[0].z, dtype=float)
     assert z.shape == (13, 13)
@@ -162,12 +164,12 @@ def test_colour_scales_are_explicit_and_point_the_right_way():
     mid = figures.SIGNED_SCALE[len(figures.SIGNED_SCALE) // 2]
     assert mid[0] == 0.5 and mid[1] in ("rgb(247,247,247)", "#f7f7f7")
     assert figures.SIGNED_SCALE[0][1] == "rgb(5,48,97)" and figures.SIGNED_SCALE[-1][1] == "rgb(103,0,31)"  # blue < 0 < red
-    m = views.Matrix(np.eye(2), ["a", "b"], ["a", "b"], "r", "c", "probability")
+    m = matrices.Matrix(np.eye(2), ["a", "b"], ["a", "b"], "r", "c", "probability")
     assert isinstance(figures.heatmap(m).data[0].colorscale, tuple)
 
 
 def test_gradient_reading_names_the_largest_entry_in_the_chosen_head():
-    from gptviz.steps import describe
+    from gptviz.present.descriptions import describe
     from gptviz import preset
 
     info = describe("blocks.0.attn.hook_pattern", preset("default"))
@@ -175,11 +177,11 @@ def test_gradient_reading_names_the_largest_entry_in_the_chosen_head():
     g[0, 1, 2, 0] = -5.0  # head 1
     g[0, 0, 1, 1] = 0.5  # head 0
     toks = ["a", "b", "c"]
-    r_all = views.gradient_reading(info, g, toks)
+    r_all = matrices.gradient_reading(info, g, toks)
     assert "head 1" in r_all and "query pos 2 ('c')" in r_all and "raise" in r_all
-    r0 = views.gradient_reading(info, g, toks, head=0)
+    r0 = matrices.gradient_reading(info, g, toks, head=0)
     assert r0.split("strongest is at ")[1].startswith("head 0, query pos 1 ('b'), key 1 ('b') (+0.5)") and "lower" in r0
-    assert "Every entry is 0" in views.gradient_reading(info, np.zeros((1, 2, 3, 3)), toks)
+    assert "Every entry is 0" in matrices.gradient_reading(info, np.zeros((1, 2, 3, 3)), toks)
 
 
 def test_fixed_margins_make_room_for_every_label_and_colour_bar():

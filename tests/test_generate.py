@@ -3,7 +3,7 @@ import torch
 
 from conftest import CONFIGS
 from gptviz import GPT
-from gptviz.generate import distribution, generate, top_k_mask, top_p_mask
+from gptviz.run.generation import distribution, generate, top_k_mask, top_p_mask
 
 
 def test_top_k_mask():

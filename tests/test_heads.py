@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import GPT, ModelConfig, trace
-from gptviz.heads import KINDS, best_labels, detect, head_scores, probe, repeated_probe, target_cells
+from gptviz import GPT, ModelConfig
+from gptviz import trace
+from gptviz.interp.head_detector import KINDS, best_labels, detect, head_scores, probe, repeated_probe, target_cells
 
 T = 12
 # a run of 6 distinct tokens, repeated: position t >= 6 repeats position t - 6

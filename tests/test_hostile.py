@@ -4,9 +4,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gptviz import GPT, BUILTIN_TEXT, CharBPETokenizer, ModelConfig, TiktokenTokenizer, encode_batch, trace
+from gptviz import GPT, BUILTIN_TEXT, CharBPETokenizer, ModelConfig, TiktokenTokenizer, encode_batch
+from gptviz import trace
 from gptviz.config import ACTIVATIONS, NORM_PLACEMENTS, NORMS, POS_ENCODINGS
-from gptviz.tokenizers import EOT, TIKTOKEN_ENCODINGS, TOKENIZER_NAMES
+from gptviz.text.tokenizers import EOT, TIKTOKEN_ENCODINGS, TOKENIZER_NAMES
 
 NASTY_TEXTS = [
     "", " ", "   \n\t  \n", "🙂🚀👩‍👩‍👧‍👦", "مرحبا بالعالم", "שלום עולם", "a\u202eb\u202cc", "\x00\x01\x07\x1b[31m\x7f",
@@ -75,7 +76,7 @@ def test_unavailable_encodings_are_value_errors(monkeypatch, tmp_path):
     """A shipped vocabulary that is missing or damaged is a ValueError with a message, never a crash."""
     import gzip
 
-    import gptviz.tokenizers as tk
+    import gptviz.text.tokenizers as tk
 
     monkeypatch.setattr(tk, "_ENCODINGS", {})  # nothing loaded yet in this process
     monkeypatch.setattr(tk, "TIKTOKEN_DIR", tmp_path)  # no files here

@@ -1,4 +1,4 @@
-"""gptviz.init_study: the three facts about the initial scale, checked on real values, and its figures."""
+"""gptviz.training.init_study: the three facts about the initial scale, checked on real values, and its figures."""
 import math
 
 import numpy as np
@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from gptviz import GPT, ModelConfig, encode_batch, get_tokenizer, preset
-from gptviz import figures_init as fi
-from gptviz import init_study as study
-from gptviz.data import BUILTIN_TEXT, DEFAULT_PROMPT
+from gptviz.present import figures_init as fi
+from gptviz.training import init_study as study
+from gptviz.text.batches import BUILTIN_TEXT, DEFAULT_PROMPT
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -250,7 +250,7 @@ def test_training_leaves_torch_threads_as_it_found_them(setup):
 def test_read_only_models_are_built_once_and_equal_fresh_ones():
     """The studies' forward passes reuse one model per (shape, scale, activation): its weights are those of a
     fresh model (same seed), and a model to train is always a new one."""
-    from gptviz.init_study import fresh_model, read_only_model
+    from gptviz.training.init_study import fresh_model, read_only_model
 
     cfg = ModelConfig(vocab_size=30, block_size=8, n_layer=1, n_head=2, n_embd=8)
     a, b = read_only_model(cfg, 0.5), read_only_model(cfg, 0.5)

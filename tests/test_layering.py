@@ -8,8 +8,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_engine_imports_without_streamlit():
-    code = ("import sys; import gptviz, gptviz.figures, gptviz.views, gptviz.training, gptviz.generate, "
-            "gptviz.checkpoint, gptviz.bench; assert 'streamlit' not in sys.modules, 'streamlit was imported'")
+    code = ("import sys; import gptviz, gptviz.present.figures, gptviz.present.matrices, gptviz.training.loop, gptviz.run.generation, "
+            "gptviz.model.checkpoint, tools.bench; assert 'streamlit' not in sys.modules, 'streamlit was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 

@@ -1,11 +1,12 @@
-"""Logit lens and direct logit attribution (gptviz.lens) against independent computations."""
+"""Logit lens and direct logit attribution (gptviz.interp.lens) against independent computations."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, ModelConfig, trace
-from gptviz.lens import REST_LABEL, components, decompose, describe_top, head_grid, lens_summary, logit_lens
+from gptviz import GPT, ModelConfig
+from gptviz import trace
+from gptviz.interp.lens import REST_LABEL, components, decompose, describe_top, head_grid, lens_summary, logit_lens
 
 TOL = 1e-4
 
@@ -221,7 +222,7 @@ def test_sentence_names_the_top_contributors():
 
 
 def test_encoder_decoder_decoder_adds_its_cross_attention():
-    seq2seq = pytest.importorskip("gptviz.seq2seq")
+    seq2seq = pytest.importorskip("gptviz.model.encoder_decoder")
     cfg = ModelConfig(vocab_size=23, block_size=8, n_layer=2, n_head=2, n_embd=8, n_enc_layer=0, enc_len=5,
                       head_bias=True, tie_weights=False)
     m = seq2seq.build_model(cfg)

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-from gptviz import lessons as L
-from gptviz.heads import repeated_probe
+from gptviz import GPT, encode_batch, get_tokenizer, preset
+from gptviz import trace
+from gptviz.present import lessons as L
+from gptviz.interp.head_detector import repeated_probe
 
 SHIPPED = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
            "05_logits_to_text"]
@@ -227,7 +228,7 @@ def test_loss_vs_uniform_reads_the_live_loss():
 
 
 def test_best_head_by_hand_on_a_trained_model():
-    from gptviz.checkpoint import load_checkpoint
+    from gptviz.model.checkpoint import load_checkpoint
 
     ck = load_checkpoint(L.CHECKPOINTS / "induction.safetensors")
     model, tok = ck.model, ck.tokenizer

@@ -4,7 +4,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from gptviz import GPT, trace  # noqa: E402
+from gptviz import GPT
+from gptviz import trace  # noqa: E402
 
 
 def make_hf(tie=True, activation="gelu_new", seed=0):

@@ -1,4 +1,4 @@
-"""Activation patching (gptviz.patching): exact end points, an ablated head, and a check against PyTorch's own
+"""Activation patching (gptviz.interp.patching): exact end points, an ablated head, and a check against PyTorch's own
 forward hooks (an independent way to patch)."""
 import copy
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import GPT, ModelConfig, trace
-from gptviz.patching import Patcher, activation_patching, n_forward_needed, put_at
+from gptviz import GPT, ModelConfig
+from gptviz import trace
+from gptviz.interp.patching import Patcher, activation_patching, n_forward_needed, put_at
 
 CFG = ModelConfig(vocab_size=23, block_size=10, n_layer=2, n_head=3, n_embd=12, init_std=0.3)
 CLEAN = torch.tensor([[3, 7, 1, 9, 4, 2]])
@@ -155,7 +156,7 @@ def test_refusals_say_what_to_change(model):
 
 
 def test_an_encoder_decoder_with_a_real_encoder_is_refused():
-    seq2seq = pytest.importorskip("gptviz.seq2seq")
+    seq2seq = pytest.importorskip("gptviz.model.encoder_decoder")
     m = seq2seq.build_model(CFG.replace(n_enc_layer=1))
     with pytest.raises(ValueError, match="source sequence"):
         activation_patching(m, CLEAN, CORRUPT, 1, 2)
@@ -163,7 +164,7 @@ def test_an_encoder_decoder_with_a_real_encoder_is_refused():
 
 def test_default_pairs_have_equal_lengths_and_fit_the_context():
     from gptviz import get_tokenizer
-    from gptviz.patching import answer_options, default_pair
+    from gptviz.interp.patching import answer_options, default_pair
 
     tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
     a, b = default_pair(tok)

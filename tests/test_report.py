@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch.nn.functional as F
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-from gptviz import report as rep
+from gptviz import GPT, encode_batch, get_tokenizer, preset
+from gptviz import trace
+from gptviz.present import report as rep
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "the cat sat on the mat."
@@ -179,7 +180,7 @@ def test_bad_input_is_a_clear_message_and_a_failing_exit(tmp_path, args, says):
 
 
 def _presets():
-    return [rep.session.CKPT_PREFIX + n for n in rep.shipped_names()] + [
+    return [rep.page_context.CKPT_PREFIX + n for n in rep.shipped_names()] + [
         "llama-like", "original-transformer", "decoder-cross-attention", "explainer"]
 
 
@@ -196,14 +197,14 @@ def test_every_shipped_checkpoint_and_shape_makes_a_report(name):
     summary = dict(re.findall(r'<tr data-key="(\w+)"><th>[^<]*</th><td class="num" data-value="([^"]+)"', page))
     assert float(summary["loss"]) == pytest.approx(tr.loss, rel=1e-6)
     if ctx.scored_y is not None:
-        from gptviz.loss import mean_over
+        from gptviz.run.loss import mean_over
 
         assert float(summary["scored"]) == pytest.approx(mean_over(tr["hook_loss_per_token"], ctx.scored_y), rel=1e-6)
 
 
 def test_a_bare_checkpoint_name_is_that_checkpoint():
     name = rep.shipped_names()[0]
-    assert rep._preset(name) == rep.session.CKPT_PREFIX + name
+    assert rep._preset(name) == rep.page_context.CKPT_PREFIX + name
 
 
 def test_a_token_cannot_break_out_of_a_script():
@@ -217,11 +218,11 @@ def test_the_app_offers_the_report_as_a_download():
     from streamlit.testing.v1 import AppTest
 
     def app():
-        from gptviz import session
+        from gptviz.present import page_context
         from gptviz.ui import resources
         from gptviz.ui.sections import get
 
-        ctx, _ = session.resolve(session.pinned(session.defaults(), preset="default", layer=1, head=0), resources)
+        ctx, _ = page_context.resolve(page_context.pinned(page_context.defaults(), preset="default", layer=1, head=0), resources)
         get("report.download")(ctx, key="rep")
 
     at = AppTest.from_function(app, default_timeout=120).run()

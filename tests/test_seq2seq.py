@@ -8,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, ModelConfig, load_checkpoint, preset, trace
-from gptviz.checkpoint import checkpoint_bytes, save_checkpoint
-from gptviz.seq2seq import Seq2Seq, alignment, build_model, material_recipe, train_reverse
-from gptviz.steps import describe
-from gptviz.tasks import ReverseTask
+from gptviz import GPT, ModelConfig, load_checkpoint, preset
+from gptviz import trace
+from gptviz.model.checkpoint import checkpoint_bytes, save_checkpoint
+from gptviz.model.encoder_decoder import Seq2Seq, alignment, build_model, material_recipe, train_reverse
+from gptviz.present.descriptions import describe
+from gptviz.training.tasks import ReverseTask
 
 ROOT = Path(__file__).resolve().parents[1]
 REVERSE = ROOT / "checkpoints" / "reverse.safetensors"

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import corpus, heads, load_checkpoint
-from gptviz.model import GPT
-from gptviz.tasks import ShakespeareTask
-from gptviz.train import load_snapshots
+from gptviz.text import corpus
+from gptviz.interp import head_detector
+from gptviz import load_checkpoint
+from gptviz.model.gpt import GPT
+from gptviz.training.tasks import ShakespeareTask
+from gptviz.training.recipes import load_snapshots
 from gptviz.ui.resources import CHECKPOINTS
 
 NANOGPT_ANCHOR = 1.88  # nanoGPT's CPU run on tiny-shakespeare, val nats/char (char-level, 4×4×128, block 64)
@@ -59,7 +61,7 @@ def test_the_attention_only_model_has_induction_and_previous_token_heads(ind, ba
     cfg = ind.config
     assert cfg.attn_only and cfg.n_layer == 2
     assert "mlp.c_fc.weight" not in " ".join(n for n, _ in ind.model.named_parameters())
-    pr = heads.probe(ind.model, n=32, batch=16, seed=123)  # a probe the training never scored
+    pr = head_detector.probe(ind.model, n=32, batch=16, seed=123)  # a probe the training never scored
     assert pr["scores"]["induction"][1].max() >= 0.4
     assert pr["scores"]["previous"][0].max() >= 0.25
     assert pr["loss_second"] < 0.1 * pr["loss_first"]  # the repeat is predicted by looking back
@@ -77,7 +79,7 @@ def test_the_snapshots_hold_the_jump(ind):
     def score(state):
         m = GPT(ind.config)
         m.load_state_dict(state, strict=False)
-        return heads.probe(m.eval(), n=32, batch=4, seed=5)["scores"]["induction"][1].max()
+        return head_detector.probe(m.eval(), n=32, batch=4, seed=5)["scores"]["induction"][1].max()
 
     before = [sd for s, sd in snaps if s < jump - 100][-1]
     after = [sd for s, sd in snaps if s > jump + 100][0]
@@ -86,7 +88,7 @@ def test_the_snapshots_hold_the_jump(ind):
 
 def test_a_short_run_of_the_induction_recipe_is_seeded():
     from gptviz.config import ModelConfig
-    from gptviz.training import TrainConfig, train
+    from gptviz.training.loop import TrainConfig, train
 
     task = ShakespeareTask(block_size=32, induction_share=0.5, run_len=(4, 16), warmup_share=1.0, warmup_steps=3)
     cfg = ModelConfig(vocab_size=task.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, attn_only=True,
@@ -104,7 +106,7 @@ def test_a_short_run_of_the_induction_recipe_is_seeded():
 def test_the_readme_command_remakes_the_start_of_the_shipped_induction_run(ind, gpt):
     """The shipped attention-only model was made by its recorded command: the same recipe, re-run here for its
     first 50 steps (of 5,000, on the whole run's schedule), gives the numbers its checkpoint recorded at step 50."""
-    from gptviz.train import CORPUS_RECIPES, run_recipe
+    from gptviz.training.recipes import CORPUS_RECIPES, run_recipe
 
     assert ind.meta["command"] == ("python -m gptviz.train --task shakespeare-induction "
                                    "--out checkpoints/induction-heads.safetensors --threads 1")

@@ -4,7 +4,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from conftest import CONFIGS, random_ids
-from gptviz import GPT, trace
+from gptviz import GPT
+from gptviz import trace
 
 
 def test_parallel_traces_equal_sequential_traces():

@@ -1,7 +1,7 @@
 import pytest
 
 from gptviz import BUILTIN_TEXT, CharBPETokenizer, TiktokenTokenizer, TokenizerUnavailable, get_tokenizer
-from gptviz.tokenizers import EOT, visible
+from gptviz.text.tokenizers import EOT, visible
 
 
 def test_base_vocabulary_is_sorted_distinct_characters_then_merges_then_eot():
@@ -99,7 +99,7 @@ def no_network(*a, **k):
     raise OSError("no network in this test")
 socket.socket.connect = no_network
 socket.create_connection = no_network
-from gptviz.tokenizers import TiktokenTokenizer
+from gptviz.text.tokenizers import TiktokenTokenizer
 out = {}
 for name in ("gpt2", "cl100k_base", "o200k_base"):
     t = TiktokenTokenizer(name)
@@ -134,7 +134,7 @@ def test_the_encodings_use_tiktokens_own_pattern_and_special_tokens(encoding, mo
     as ours, and the shipped file's hash is the one tiktoken expects."""
     import tiktoken_ext.openai_public as public
 
-    from gptviz.tokenizers import TIKTOKEN_SPECS, load_mergeable_ranks
+    from gptviz.text.tokenizers import TIKTOKEN_SPECS, load_mergeable_ranks
 
     seen = {}
 
@@ -154,7 +154,7 @@ def test_the_encodings_use_tiktokens_own_pattern_and_special_tokens(encoding, mo
 def test_a_damaged_vocabulary_is_refused(tmp_path):
     import gzip
 
-    from gptviz.tokenizers import load_mergeable_ranks
+    from gptviz.text.tokenizers import load_mergeable_ranks
 
     bad = tmp_path / "r50k_base.tiktoken.gz"
     bad.write_bytes(gzip.compress(b"IQ== 0\n"))

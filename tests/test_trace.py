@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from conftest import CONFIGS, random_ids
-from gptviz import GPT, ModelConfig, trace
-from gptviz.model import apply_rope, rope_angles, sinusoidal_table
+from gptviz import GPT, ModelConfig
+from gptviz import trace
+from gptviz.model.gpt import apply_rope, rope_angles, sinusoidal_table
 
 
 def expected_names(c: ModelConfig, targets: bool) -> list[str]:

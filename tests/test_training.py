@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import GPT, trace
+from gptviz import GPT
+from gptviz import trace
 from gptviz import load_checkpoint
-from gptviz.generate import generate
-from gptviz.tasks import IGNORE_INDEX, InductionTask, SortTask, TextTask, make_task
-from gptviz.training import TrainConfig, model_at, model_config_for, train
+from gptviz.run.generation import generate
+from gptviz.training.tasks import IGNORE_INDEX, InductionTask, SortTask, TextTask, make_task
+from gptviz.training.loop import TrainConfig, model_at, model_config_for, train
 
 CKPT = Path(__file__).resolve().parents[1] / "checkpoints"
 

@@ -1,8 +1,9 @@
 """The app's pages: file, title, icon, address and section, in one list.
 
 ``app.py`` builds ``st.navigation`` from it (so the home page is called "Home" and pages are grouped),
-and ``page_links`` draws links to every page. The addresses are the ones Streamlit's pages/ folder used
-to give, so links shared before still open the same page. Icons are Streamlit's Material Symbols, which
+and ``page_links`` draws links to every page. The page files live in
+``app_pages/``, a folder Streamlit does not auto-discover; each page's address (``url_path``) is the one the
+old ``pages/`` folder gave, so links shared before still open the same page. Icons are Streamlit's Material Symbols, which
 draw without colour-emoji fonts.
 """
 from __future__ import annotations
@@ -15,21 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # (file, title, icon, url_path, section)
 PAGES = [
-    ("pages/0_Home.py", "Home", ":material/home:", "", "Start"),
-    ("pages/13_Lessons.py", "Lessons", ":material/school:", "Lessons", "Start"),
-    ("pages/1_Tokens_and_batch.py", "Tokens & batch", ":material/text_fields:", "Tokens_and_batch", "The forward pass"),
-    ("pages/2_Embeddings.py", "Embeddings", ":material/scatter_plot:", "Embeddings", "The forward pass"),
-    ("pages/3_Attention.py", "Attention", ":material/visibility:", "Attention", "The forward pass"),
-    ("pages/4_MLP_and_residual.py", "MLP & residual stream", ":material/account_tree:", "MLP_and_residual",
+    ("app_pages/home.py", "Home", ":material/home:", "", "Start"),
+    ("app_pages/lessons.py", "Lessons", ":material/school:", "Lessons", "Start"),
+    ("app_pages/tokens_and_batch.py", "Tokens & batch", ":material/text_fields:", "Tokens_and_batch", "The forward pass"),
+    ("app_pages/embeddings.py", "Embeddings", ":material/scatter_plot:", "Embeddings", "The forward pass"),
+    ("app_pages/attention.py", "Attention", ":material/visibility:", "Attention", "The forward pass"),
+    ("app_pages/mlp_and_residual.py", "MLP & residual stream", ":material/account_tree:", "MLP_and_residual",
      "The forward pass"),
-    ("pages/5_Logits_and_loss.py", "Logits & loss", ":material/bar_chart:", "Logits_and_loss", "The forward pass"),
-    ("pages/6_Step_through.py", "Step-through", ":material/skip_next:", "Step_through", "The forward pass"),
-    ("pages/11_Who_did_it.py", "Who did it", ":material/insights:", "Who_did_it", "Explain a prediction"),
-    ("pages/9_Generation.py", "Generation", ":material/edit_note:", "Generation", "Explain a prediction"),
-    ("pages/7_Backward.py", "Backward pass", ":material/undo:", "Backward", "Learning"),
-    ("pages/8_Training.py", "Training", ":material/fitness_center:", "Training", "Learning"),
-    ("pages/12_Initialisation.py", "Initialisation", ":material/tune:", "Initialisation", "Learning"),
-    ("pages/10_Model_and_weights.py", "Model & weights", ":material/inventory_2:", "Model_and_weights", "Models"),
+    ("app_pages/logits_and_loss.py", "Logits & loss", ":material/bar_chart:", "Logits_and_loss", "The forward pass"),
+    ("app_pages/step_through.py", "Step-through", ":material/skip_next:", "Step_through", "The forward pass"),
+    ("app_pages/who_did_it.py", "Who did it", ":material/insights:", "Who_did_it", "Explain a prediction"),
+    ("app_pages/generation.py", "Generation", ":material/edit_note:", "Generation", "Explain a prediction"),
+    ("app_pages/backward.py", "Backward pass", ":material/undo:", "Backward", "Learning"),
+    ("app_pages/training.py", "Training", ":material/fitness_center:", "Training", "Learning"),
+    ("app_pages/initialisation.py", "Initialisation", ":material/tune:", "Initialisation", "Learning"),
+    ("app_pages/model_and_weights.py", "Model & weights", ":material/inventory_2:", "Model_and_weights", "Models"),
 ]
 
 
@@ -45,23 +46,6 @@ def navigation():
         kw = {"default": True} if url == "" else {"url_path": url}
         sections.setdefault(section, []).append(st.Page(str(ROOT / path), title=title, icon=icon, **kw))
     return st.navigation(sections, expanded=True)
-
-
-def ensure_navigation() -> None:
-    """Run through app.py's navigation, even on a fresh server's first visit to a page's own address.
-
-    Streamlit starts in its old pages/ mode when the app has a pages/ folder: until some session has run
-    app.py (whose ``st.navigation`` ends that mode for the whole server), a visit to ``/Attention`` runs
-    that page file alone, with the plain list of files (and "app") as navigation. Leave that mode and run
-    again: the rerun goes through app.py, and the address names the same page there (the url paths are
-    the old ones)."""
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-    except ImportError:  # another Streamlit: nothing to fix
-        return
-    if getattr(PagesManager, "uses_pages_directory", None):
-        PagesManager.uses_pages_directory = False
-        st.rerun()
 
 
 def page_links() -> None:

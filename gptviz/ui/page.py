@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import edits as edit_specs
+from ..run import edits as edit_specs
 from ..config import ACTIVATIONS, PRESET_DESCRIPTIONS, PRESETS
-from ..session import BIG_MODEL_PARAMS, BIG_MODEL_T, CKPT_PREFIX, Ctx, Notice, resolve  # noqa: F401
-from ..tokenizers import TOKENIZER_NAMES
+from ..present.page_context import BIG_MODEL_PARAMS, BIG_MODEL_T, CKPT_PREFIX, Ctx, Notice, resolve  # noqa: F401
+from ..text.tokenizers import TOKENIZER_NAMES
 from . import resources, state
-from .nav import PAGES, ensure_navigation, page_links  # noqa: F401 - re-exported
+from .nav import PAGES, page_links  # noqa: F401 - re-exported
 from .widgets import EXPORT_FORMATS, selection_note
 
 CSS = """
@@ -183,7 +183,6 @@ def show_notices(notes: list[Notice]) -> None:
 
 
 def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
-    ensure_navigation()
     st.set_page_config(page_title=f"{title} · gptviz", page_icon=icon, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()

@@ -17,13 +17,13 @@ from typing import Optional
 import streamlit as st
 
 from ..config import ModelConfig
-from ..model import GPT
-from ..session import Entry, trace_for_view
-from ..seq2seq import build_model
-from ..tokenizers import TokenizerUnavailable, get_tokenizer
-from ..trace import Trace
+from ..model.gpt import GPT
+from ..paths import CHECKPOINTS
+from ..present.page_context import Entry, trace_for_view
+from ..model.encoder_decoder import build_model
+from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
+from ..run.trace import Trace
 
-CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
 # Models that are not built from a config alone (trained, uploaded or shipped ones), by key, with the
 # tokenizer they were made for. Each is registered once and never changed afterwards; a new training
@@ -77,7 +77,7 @@ def vocab_labels(tok) -> list[str]:
 
 def shipped_checkpoint(name: str) -> str:
     """Load one of the checkpoints that ship with gptviz and register it (again, if it was forgotten)."""
-    from ..checkpoint import load_checkpoint
+    from ..model.checkpoint import load_checkpoint
 
     key = f"ckpt-{name}"
     if registered(key) is not None:
@@ -106,7 +106,7 @@ def _shipped_config(name: str) -> dict:
 @st.cache_resource(max_entries=12, show_spinner=False)
 def model_for(cfg_json: str) -> GPT:
     """The seeded model for a config (JSON of ``ModelConfig.to_dict()``): a ``GPT``, or a
-    ``gptviz.seq2seq.Seq2Seq`` when the config has ``n_enc_layer >= 0``."""
+    ``gptviz.model.encoder_decoder.Seq2Seq`` when the config has ``n_enc_layer >= 0``."""
     return build_model(ModelConfig.from_dict(json.loads(cfg_json)))
 
 
@@ -187,6 +187,6 @@ def _traced_big(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src
 @st.cache_data(max_entries=32, show_spinner=False)
 def probe_scores(cfg_json: str, model_key: Optional[str], n: int = 32, batch: int = 8, seed: int = 0) -> dict:
     """The head detector's repeated-random probe (one forward pass of ``batch`` rows), cached per model."""
-    from ..heads import probe
+    from ..interp.head_detector import probe
 
     return probe(get_model(cfg_json, model_key), n=n, batch=batch, seed=seed)

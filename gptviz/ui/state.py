@@ -8,12 +8,10 @@ from typing import Any, Optional
 import numpy as np
 import streamlit as st
 
-from .. import session
+from ..present import page_context
 from ..config import PRESETS
-from ..session import (  # noqa: F401 - re-exported for the pages
-    BOOL_FIELDS, CKPT_PREFIX, CONFIG_FIELDS, FLOAT_FIELDS, INT_FIELDS, URL_FIELDS, _coerce, _config_settings,
-    config_from_settings, config_json, defaults, encode_source)
-from ..tokenizers import TOKENIZER_NAMES
+from ..present.page_context import BOOL_FIELDS, CKPT_PREFIX, CONFIG_FIELDS, FLOAT_FIELDS, INT_FIELDS, URL_FIELDS, _coerce, _config_settings, config_from_settings, config_json, defaults, encode_source
+from ..text.tokenizers import TOKENIZER_NAMES
 
 KEY = "gptviz.settings"
 PAGE_PARAMS = ("present", "lesson", "lstep")  # address-bar parameters a page owns (the Lessons page)
@@ -69,7 +67,7 @@ def write_url(s: dict[str, Any]) -> None:
 
 
 def apply_preset(s: dict[str, Any], name: str) -> None:
-    session.apply_preset(s, name)
+    page_context.apply_preset(s, name)
     for field in CONFIG_FIELDS:
         st.session_state.pop(WIDGET + field, None)
 
@@ -95,7 +93,7 @@ SOURCE = "source"
 
 
 def reverse_task():
-    from ..tasks import ReverseTask
+    from ..training.tasks import ReverseTask
 
     return ReverseTask()
 

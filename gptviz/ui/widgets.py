@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from .. import edits as edit_specs
-from .. import figures
-from ..steps import StepInfo
-from ..views import MAX_COLS, page_count, step_matrix
-from ..views import masked_cells as _masked_cells
-from ..session import Ctx
+from ..run import edits as edit_specs
+from ..present import figures
+from ..present.descriptions import StepInfo
+from ..present.matrices import MAX_COLS, page_count, step_matrix
+from ..present.matrices import masked_cells as _masked_cells
+from ..present.page_context import Ctx
 
 
 def masked(ctx: Ctx) -> Optional[np.ndarray]:
@@ -209,7 +209,7 @@ def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None
     task scores first, the all-positions loss beside it, and a sentence on the difference."""
     import math
 
-    from ..loss import mean_over, uniform_loss
+    from ..run.loss import mean_over, uniform_loss
 
     tr = ctx.trace()
     loss = tr.loss
@@ -236,7 +236,7 @@ def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None
 
 # What each chart's camera button saves. plotly.js has one image button, in one format: a second button needs a
 # JavaScript click function, which Streamlit's config (JSON) cannot carry. So the format is a choice (sidebar:
-# the sidebar's "Chart download" setting); the HTML report (gptviz.report) has both buttons on every chart.
+# the sidebar's "Chart download" setting); the HTML report (gptviz.present.report) has both buttons on every chart.
 EXPORT_FORMATS = {"png": "PNG (3×, for a projector)", "svg": "SVG (vector)"}
 
 

@@ -5,8 +5,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from apphelp import metric, page
-from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-from gptviz import edits as edit_specs
+from gptviz import GPT, encode_batch, get_tokenizer, preset
+from gptviz import trace
+from gptviz.run import edits as edit_specs
 
 N = 30
 

@@ -76,8 +76,10 @@ def test_rope_model_shows_rotated_steps_and_bad_shape_keeps_page():
 
 
 def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head():
-    from gptviz import GPT, encode_batch, get_tokenizer, heads, preset, trace
-    from gptviz.data import DEFAULT_PROMPT
+    from gptviz import GPT, encode_batch, get_tokenizer, preset
+    from gptviz.interp import head_detector
+    from gptviz import trace
+    from gptviz.text.batches import DEFAULT_PROMPT
 
     at = ok(page("attention"))
     grid = chart(at, "What each head does")
@@ -88,10 +90,10 @@ def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head(
     model = GPT(cfg)
     T = b.lengths[0]
     pats = np.stack([trace(model, b.x)[f"blocks.{l}.attn.hook_pattern"][0, :, :T, :T].numpy() for l in range(2)])
-    ref = heads.head_scores(pats, b.x[0, :T].numpy())
-    pr = heads.probe(model, n=32, batch=8, seed=0)["scores"]
+    ref = head_detector.head_scores(pats, b.x[0, :T].numpy())
+    pr = head_detector.probe(model, n=32, batch=8, seed=0)["scores"]
     ref["induction"], ref["duplicate"] = pr["induction"], pr["duplicate"]
-    want = np.max(np.stack([ref[k] for k in heads.KINDS]), axis=0)
+    want = np.max(np.stack([ref[k] for k in head_detector.KINDS]), axis=0)
     assert best.shape == (2, 2) and np.allclose(best, want, atol=1e-6)
     cells = grid["data"][1]  # one invisible point per cell: what a click in the browser selects
     assert cells["name"] == "cells" and list(zip(cells["y"], cells["x"])) == [(f"L{l}", f"H{h}") for l in range(2) for h in range(2)]

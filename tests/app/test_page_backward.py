@@ -28,8 +28,9 @@ def test_choosing_another_step():
 def _engine_trace_with_head_off(layer: int, head: int):
     """The page's default model and text, traced with gradients and a hand-written edit that switches a head off
     (not the app's edit specs), as an independent reference."""
-    from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-    from gptviz.data import DEFAULT_PROMPT
+    from gptviz import GPT, encode_batch, get_tokenizer, preset
+    from gptviz import trace
+    from gptviz.text.batches import DEFAULT_PROMPT
 
     tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
     cfg = preset("default", vocab_size=tok.vocab_size)

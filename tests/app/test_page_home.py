@@ -84,7 +84,9 @@ def test_a_task_model_is_scored_on_the_positions_its_task_scores():
 
 
 def test_the_app_opens_on_the_trained_shakespeare_model_and_can_show_it_untrained():
-    from gptviz import corpus, load_checkpoint, trace
+    from gptviz.text import corpus
+    from gptviz import load_checkpoint
+    from gptviz import trace
     from gptviz.ui.resources import CHECKPOINTS
 
     at = ok(page("home", opening=True))

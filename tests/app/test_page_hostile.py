@@ -23,7 +23,7 @@ def char_bpe():
 def expected_char_bpe(text: str) -> tuple[list[str], list[str], tuple[int, int]]:
     """(warnings, info messages, (positions of the shown row 0, T of the padded batch)) that ``text`` calls for with the default char BPE
     tokenizer and the default model (block_size 32). Unknown characters are found from the vocabulary itself."""
-    from gptviz.data import DEFAULT_PROMPT
+    from gptviz.text.batches import DEFAULT_PROMPT
 
     tok = char_bpe()
     lines = [t for t in text.splitlines() if t.strip()]

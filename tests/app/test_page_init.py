@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from apphelp import ROOT, chart, charts, messages, titles
 
 from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz.data import DEFAULT_PROMPT
+from gptviz.text.batches import DEFAULT_PROMPT
 
 KEY = "gptviz.settings"
 
@@ -23,7 +23,7 @@ def one_thread():
 
 
 def init_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages/12_Initialisation.py"), default_timeout=180)
+    at = AppTest.from_file(str(ROOT / "app_pages/initialisation.py"), default_timeout=180)
     at.query_params["preset"] = "default"  # the configurable model, not the app's opening checkpoint
     return at.run()
 
@@ -129,7 +129,7 @@ def test_attention_only_model_says_it_has_no_mlp():
 
 
 def test_a_gpt2_sized_model_skips_the_sweep_without_a_traceback():
-    a = AppTest.from_file(str(ROOT / "pages/12_Initialisation.py"), default_timeout=180)
+    a = AppTest.from_file(str(ROOT / "app_pages/initialisation.py"), default_timeout=180)
     a.query_params["preset"] = "gpt2-small"
     clean(a.run())
     assert "skipped above 5M" in messages(a)
@@ -138,7 +138,7 @@ def test_a_gpt2_sized_model_skips_the_sweep_without_a_traceback():
 
 
 def test_a_loaded_checkpoint_is_studied_as_fresh_models_of_its_shape():
-    a = AppTest.from_file(str(ROOT / "pages/12_Initialisation.py"), default_timeout=180)
+    a = AppTest.from_file(str(ROOT / "app_pages/initialisation.py"), default_timeout=180)
     a.query_params["preset"] = "checkpoint: sort"
     clean(a.run())
     sweep = chart(a, "Initial loss against init_std")

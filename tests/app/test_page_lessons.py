@@ -13,12 +13,13 @@ import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
 from apphelp import ROOT, chart, set_sidebar
-from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-from gptviz import lessons as L
-from gptviz.data import DEFAULT_PROMPT
-from gptviz.heads import repeated_probe
+from gptviz import GPT, encode_batch, get_tokenizer, preset
+from gptviz import trace
+from gptviz.present import lessons as L
+from gptviz.text.batches import DEFAULT_PROMPT
+from gptviz.interp.head_detector import repeated_probe
 
-PAGE = str(ROOT / "pages" / "13_Lessons.py")
+PAGE = str(ROOT / "app_pages" / "lessons.py")
 TIMEOUT = 180
 LESSONS = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
            "05_logits_to_text"]
@@ -63,7 +64,7 @@ def step_run(les, step, text=None, live_preset="default"):
     prompt = pins.get("prompt", pins.get("text"))
     name = pins.get("preset", live_preset)
     if str(name if not isinstance(name, list) else name[0]).startswith("checkpoint: "):
-        from gptviz.checkpoint import load_checkpoint
+        from gptviz.model.checkpoint import load_checkpoint
 
         ck = load_checkpoint(L.CHECKPOINTS / f"{_checkpoint_for(name)}.safetensors")
         tok = ck.tokenizer

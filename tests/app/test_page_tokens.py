@@ -53,7 +53,7 @@ def damaged_vocabularies(monkeypatch, tmp_path):
     nothing loaded or cached yet in this process; everything put back afterwards."""
     import gzip
 
-    import gptviz.tokenizers as tk
+    import gptviz.text.tokenizers as tk
     from gptviz.ui import resources
 
     (tmp_path / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"aGVsbG8= 0\n"))

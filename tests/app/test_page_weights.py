@@ -4,7 +4,7 @@ import torch
 
 from apphelp import messages, ok, page
 from gptviz import GPT, ModelConfig
-from gptviz.checkpoint import checkpoint_bytes
+from gptviz.model.checkpoint import checkpoint_bytes
 
 
 def status(at) -> str:
@@ -107,11 +107,11 @@ def test_hub_download_offline_says_why(monkeypatch, tmp_path):
 
 
 def test_a_huge_upload_is_refused_before_it_is_read(monkeypatch):
-    import gptviz.checkpoint
+    import gptviz.model.checkpoint
 
     at = page("weights")
     before = status(at)
-    monkeypatch.setattr(gptviz.checkpoint, "MAX_BYTES", 1000)  # stands in for a multi-GB file
+    monkeypatch.setattr(gptviz.model.checkpoint, "MAX_BYTES", 1000)  # stands in for a multi-GB file
     data = checkpoint_bytes(GPT(ModelConfig()))
     at.get("file_uploader")[0].upload("huge.safetensors", data)
     at.run()

@@ -6,10 +6,11 @@ import torch
 from apphelp import ROOT, TIMEOUT, array, chart, messages, metric, ok, set_sidebar, titles
 from streamlit.testing.v1 import AppTest
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-from gptviz.data import DEFAULT_PROMPT
+from gptviz import GPT, encode_batch, get_tokenizer, preset
+from gptviz import trace
+from gptviz.text.batches import DEFAULT_PROMPT
 
-PAGE = "pages/11_Who_did_it.py"
+PAGE = "app_pages/who_did_it.py"
 
 
 def who(**query) -> AppTest:
@@ -151,7 +152,8 @@ def test_the_induction_model_gets_an_induction_pair_and_patching_finds_the_detec
     """On the shipped attention-only model the ready-made pair is an induction prompt ("the Prince of England and
     the Prince of E" → 'n'; with Egypt first → 'g'), and the head patching finds the head that the detector
     scores highest for induction on the repeated-random probe."""
-    from gptviz import heads, load_checkpoint
+    from gptviz.interp import head_detector
+    from gptviz import load_checkpoint
     from gptviz.ui.resources import CHECKPOINTS
 
     at = ok(who(preset="checkpoint: induction-heads"))
@@ -161,7 +163,7 @@ def test_the_induction_model_gets_an_induction_pair_and_patching_finds_the_detec
     assert "'n'" in answer.format_func(answer.value) and "'g'" in wrong.format_func(wrong.value)
     grid = array(chart(at, "Patch one head")["data"][0]["z"]).astype(float)  # (layer, head)
     ck = load_checkpoint(CHECKPOINTS / "induction-heads.safetensors")
-    ind = heads.probe(ck.model, n=32, batch=8, seed=7)["scores"]["induction"]
+    ind = head_detector.probe(ck.model, n=32, batch=8, seed=7)["scores"]["induction"]
     assert grid.shape == ind.shape
     best = int(np.argmax(ind[1]))
     assert int(np.nanargmax(grid[1])) == best and grid[1, best] > 0.5  # layer 1: the detector's induction head

@@ -7,8 +7,8 @@ import pytest
 from apphelp import messages, ok, page
 
 from gptviz import PRESETS, load_checkpoint
-from gptviz.seq2seq import build_model
-from gptviz.tokenizers import get_tokenizer
+from gptviz.model.encoder_decoder import build_model
+from gptviz.text.tokenizers import get_tokenizer
 from gptviz.ui.resources import CHECKPOINTS
 
 

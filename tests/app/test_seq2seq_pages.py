@@ -6,8 +6,8 @@ import torch
 
 from apphelp import array, chart, charts, messages, ok, page, titles
 
-from gptviz.checkpoint import load_checkpoint
-from gptviz.trace import trace
+from gptviz.model.checkpoint import load_checkpoint
+from gptviz.run.trace import trace
 from gptviz.ui.resources import CHECKPOINTS
 
 REVERSE = "checkpoint: reverse"
@@ -125,7 +125,7 @@ def test_training_page_runs_the_material_loop_and_its_loss_falls():
 
 
 def test_views_cross_attention_is_t_by_s_and_greys_only_padded_source_columns():
-    from gptviz import views
+    from gptviz.present import matrices
 
     ck = load_checkpoint(CHECKPOINTS / "reverse.safetensors")
     tok = ck.tokenizer
@@ -136,17 +136,17 @@ def test_views_cross_attention_is_t_by_s_and_greys_only_padded_source_columns():
     tr = trace(ck.model, x, attention_mask=x_mask, enc_input=src, enc_mask=src_mask).numpy()
     name = "blocks.0.cross_attn.hook_pattern"
     keys = [tok.token_str(int(i)) for i in src[1]]
-    m = views.step_matrix(tr[name], tr.info(name), list("^ba"), batch=1, head=0, n_pos=3, key_tokens=keys,
+    m = matrices.step_matrix(tr[name], tr.info(name), list("^ba"), batch=1, head=0, n_pos=3, key_tokens=keys,
                           key_mask=src_mask[1].numpy() == 0)
     assert m.values.shape == (3, 8) and m.cols[:3] == list("cab")
     assert m.masked[:, 3:].all() and not m.masked[:, :3].any()  # no causal triangle, only the padding
     # with no source tokens (a fixed random encoder output) the columns are encoder positions
     scores = "blocks.0.cross_attn.hook_attn_scores"
-    m2 = views.step_matrix(tr[scores], tr.info(scores), list("^hgfedcb"), batch=0, head=0)
+    m2 = matrices.step_matrix(tr[scores], tr.info(scores), list("^hgfedcb"), batch=0, head=0)
     assert m2.cols == [f"enc {i}" for i in range(8)] and m2.masked is None
     # the default mask is the decoder's own (causal), not the encoder's, which the trace records first
     names = list(tr)
     assert names.index("enc_blocks.0.attn.hook_attn_scores") < names.index("blocks.0.attn.hook_attn_scores")
-    assert np.array_equal(views.masked_cells(tr, 0), np.triu(np.ones((8, 8), bool), 1))
-    cross = views.masked_cells(tr, 1, name)
+    assert np.array_equal(matrices.masked_cells(tr, 0), np.triu(np.ones((8, 8), bool), 1))
+    cross = matrices.masked_cells(tr, 1, name)
     assert cross.shape == (8, 8) and cross[:, 3:].all() and not cross[:, :3].any()

@@ -1,7 +1,7 @@
 """The Attention page's sections: the head's pattern, the steps one at a time, heads off, a plain average
 against the learned weights, every layer × head, and the head detector.
 
-An encoder-decoder model (``gptviz.seq2seq``) has two attentions per decoder layer: its own masked
+An encoder-decoder model (``gptviz.model.encoder_decoder``) has two attentions per decoder layer: its own masked
 self-attention (``kind="self"``) and cross-attention to the encoder output (``kind="cross"``: a T × S grid,
 decoder positions × encoder positions, with no causal mask)."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from ... import figures, heads, views
+from ...present import figures, matrices
+from ...interp import head_detector
 from .. import resources, state
 from ..widgets import clear_edits_button, downloads, explain, head_step, heads_off_toggle, masked, plot, step_heatmap
 from . import section
@@ -127,7 +128,7 @@ def cross_step(ctx, name: str, *, key: str = "", head="chosen", title: str | Non
         plot(ctx, fig, key=f"fig.{key}{name}.all")
         downloads(name, tr[name], None, key=key)
         return None
-    m = views.step_matrix(tr[name], info, ctx.labels(), ctx.b, h, n_pos=ctx.n_pos, key_tokens=keys, key_mask=pad)
+    m = matrices.step_matrix(tr[name], info, ctx.labels(), ctx.b, h, n_pos=ctx.n_pos, key_tokens=keys, key_mask=pad)
     t = title or info.title
     if h is not None:
         t += f" · head {h}"
@@ -221,9 +222,9 @@ def average_vs_learned(ctx, *, key: str = "avg") -> None:
     pat = np.asarray(tr[f"blocks.{L}.attn.hook_pattern"])[ctx.b, H, : ctx.n_pos, : ctx.n_pos]
     mk = masked(ctx)[: ctx.n_pos, : ctx.n_pos]
     labels = ctx.labels()
-    avg = views.averaging_matrix(ctx.n_pos)
-    left = views.Matrix(np.where(mk, np.nan, avg), labels, labels, "query", "key", "probability", mk)
-    right = views.Matrix(np.where(mk, np.nan, pat), labels, labels, "query", "key", "probability", mk)
+    avg = matrices.averaging_matrix(ctx.n_pos)
+    left = matrices.Matrix(np.where(mk, np.nan, avg), labels, labels, "query", "key", "probability", mk)
+    right = matrices.Matrix(np.where(mk, np.nan, pat), labels, labels, "query", "key", "probability", mk)
     plot(ctx, figures.side_by_side(left, right, "Plain average: row t gives 1/(t+1) to each earlier token",
                                    f"Learned weights, layer {L} head {H}"), key=key)
     st.markdown("The simplest way to let a token use what came before is to average everything before it. "
@@ -262,7 +263,7 @@ def where_it_looks(ctx, *, key: str = "where", kind: str = "cross") -> None:
     labels = ctx.labels()
     if kind == "cross":
         keys, pad = state.source_keys(ctx)
-        keys = keys or views.enc_labels(p.shape[1])
+        keys = keys or matrices.enc_labels(p.shape[1])
         if pad is not None:
             p = np.where(pad[: p.shape[1]], -1.0, p)
         col = "reads source position"
@@ -284,10 +285,10 @@ def where_it_looks(ctx, *, key: str = "where", kind: str = "cross") -> None:
 
 def detector_scores(ctx) -> dict:
     """Every head's scores: on the user's text, with induction and duplicate-token from the probe."""
-    scores = heads.detect(ctx.trace(), ctx.b)
+    scores = head_detector.detect(ctx.trace(), ctx.b)
     pr = resources.probe_scores(ctx.cfg_json, ctx.model_key)
     scores["induction"], scores["duplicate"] = pr["scores"]["induction"], pr["scores"]["duplicate"]
-    return {k: scores[k] for k in heads.KINDS}
+    return {k: scores[k] for k in head_detector.KINDS}
 
 
 def _open_head(s: dict, layer: int, head: int) -> None:
@@ -300,10 +301,10 @@ def _picked(s: dict, key: str, n_head: int) -> None:
 
 
 @section("attention.head_detector")
-def head_detector(ctx, *, key: str = "det") -> None:
+def head_detector_grid(ctx, *, key: str = "det") -> None:
     """Layer × head grid of the head detector's best label and score; clicking a head opens it."""
     scores = detector_scores(ctx)
-    best_kind, best = heads.best_labels(scores)
+    best_kind, best = head_detector.best_labels(scores)
     L, H = best.shape
     hover = np.array([["<br>".join(f"{k}: {scores[k][l, h]:.2f}" for k in scores) for h in range(H)] for l in range(L)],
                      dtype=object)
@@ -323,7 +324,7 @@ def head_detector(ctx, *, key: str = "det") -> None:
     c1.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),
                  format_func=lambda i: f"L{i // H} H{i % H}: {best_kind[i // H, i % H]} ({best[i // H, i % H]:.2f})")
     with c2.expander("How each kind is scored"):
-        for k in heads.KINDS:
-            st.markdown(f"- **{k}** head {heads.DESCRIPTIONS[k]} Score: {heads.HOW[k]}.")
+        for k in head_detector.KINDS:
+            st.markdown(f"- **{k}** head {head_detector.DESCRIPTIONS[k]} Score: {head_detector.HOW[k]}.")
         st.markdown("Scores come from your text; **induction** and **duplicate** come from a probe: a run of 32 "
                     "random tokens repeated twice (8 rows), since your text may repeat nothing.")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ... import figures, readouts, views
-from ...model import rope_angles
+from ...present import figures, readouts, matrices
+from ...model.gpt import rope_angles
 from ..widgets import clear_edits_button, explain, plot, step_heatmap, vector_editor
 from . import section
 
@@ -24,18 +24,18 @@ def onehot(ctx, *, key: str = "onehot", expanded: bool | None = None) -> None:
     labels = ctx.labels()
     ids = ctx.batch.x[ctx.b, : ctx.n_pos].tolist()
     wte = ctx.model.transformer.wte.weight.detach().numpy()
-    oh, rows, product, cols = views.embedding_lookup(wte, ids)
+    oh, rows, product, cols = matrices.embedding_lookup(wte, ids)
     col_labels = [ctx.id_label(i) for i in cols]
     with st.expander("The same thing as a matrix product: one-hot(x) × W_E",
                      expanded=cfg.vocab_size <= 64 if expanded is None else expanded):
         c1, c2 = st.columns(2)
-        m1 = views.Matrix(oh, labels, col_labels, "position", "vocabulary", "probability",
-                          hover_rows=views.token_hover(labels),
+        m1 = matrices.Matrix(oh, labels, col_labels, "position", "vocabulary", "probability",
+                          hover_rows=matrices.token_hover(labels),
                           hover_cols=[f"id {i}: '{l}'" for i, l in zip(cols, col_labels)])
         with c1:
             plot(ctx, figures.heatmap(m1, "one-hot(x)" + ("" if len(cols) == cfg.vocab_size else
                                                          " (only the ids in the text)")), key=f"{key}.onehot")
-        m2 = views.Matrix(rows, col_labels, [str(d) for d in range(cfg.n_embd)], "token", "d_model dim", "signed",
+        m2 = matrices.Matrix(rows, col_labels, [str(d) for d in range(cfg.n_embd)], "token", "d_model dim", "signed",
                           hover_rows=[f"id {i}: '{l}'" for i, l in zip(cols, col_labels)])
         with c2:
             plot(ctx, figures.heatmap(m2, "W_E (rows of the embedding table)"), key=f"{key}.wte")
@@ -53,8 +53,8 @@ def positions(ctx, *, key: str = "pos") -> None:
     elif cfg.pos_encoding == "rope":
         labels = ctx.labels()
         ang = rope_angles(ctx.n_pos, cfg.d_head, cfg.rope_base).numpy()
-        m = views.Matrix(ang, labels, [f"pair {i}" for i in range(ang.shape[1])], "position", "dimension pair",
-                         "nonnegative", hover_rows=views.token_hover(labels))
+        m = matrices.Matrix(ang, labels, [f"pair {i}" for i in range(ang.shape[1])], "position", "dimension pair",
+                         "nonnegative", hover_rows=matrices.token_hover(labels))
         plot(ctx, figures.heatmap(m, "Rotary angles θ[t, i] = t · base^(−2i/d_head) (radians)"), key=f"{key}.rope")
         st.markdown("With rotary positions nothing is added to the token embedding. Inside attention each query and "
                     "key is turned pair by pair by these angles, so a score depends on how far apart two tokens are.")

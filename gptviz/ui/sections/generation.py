@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 import streamlit as st
 
-from ... import figures, readouts, views
-from ...generate import generate as run_generate
+from ...present import figures, readouts, matrices
+from ...run.generation import generate as run_generate
 from ..widgets import plot
 from . import section
 
@@ -79,7 +79,7 @@ def pattern(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature:
     tr = readouts.prompt_trace(ctx.model, shown)
     L, H = ctx.layer, ctx.head or 0
     name = f"blocks.{L}.attn.hook_pattern"
-    m = views.step_matrix(tr[name], tr.info(name), [vocab[i] for i in shown], 0, H, masked=views.masked_cells(tr, 0))
+    m = matrices.step_matrix(tr[name], tr.info(name), [vocab[i] for i in shown], 0, H, masked=matrices.masked_cells(tr, 0))
     plot(ctx, figures.heatmap(m, f"What each token looks at: layer {L} head {H}"
                               + (" (prompt + generated)" if len(shown) > len(inp.ids) else " (prompt)"), height=340),
          key=f"{key}.pattern")

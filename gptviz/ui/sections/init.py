@@ -11,10 +11,10 @@ import math
 
 import streamlit as st
 
-from ... import figures_init as fi
-from ... import init_study as study
+from ...present import figures_init as fi
+from ...training import init_study as study
 from ...config import ACTIVATIONS, ModelConfig
-from ...data import BUILTIN_TEXT
+from ...text.batches import BUILTIN_TEXT
 from ..widgets import plot
 from . import section
 

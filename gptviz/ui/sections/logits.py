@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ... import figures, readouts, views
-from ...loss import uniform_loss
+from ...present import figures, readouts, matrices
+from ...run.loss import uniform_loss
 from ..widgets import downloads, explain, loss_metrics, plot, step_heatmap
 from . import section
 from .steps import mark_cell
@@ -32,7 +32,7 @@ def _columns(ctx, key: str) -> tuple[np.ndarray, str]:
     k = drawn[key]
     logits = np.asarray(tr["hook_logits"])[ctx.b, : ctx.n_pos]
     y = np.asarray(tr.targets)[ctx.b, : ctx.n_pos]
-    ids = views.vocab_columns(logits, y, k)
+    ids = matrices.vocab_columns(logits, y, k)
     return ids, f" (top-{k} at any position + targets: {len(ids)} of {cfg.vocab_size:,} tokens)"
 
 
@@ -43,7 +43,7 @@ def probs(ctx, *, key: str = "logits", highlight: Optional[dict] = None) -> bool
     tr = ctx.trace()
     ids, note = _columns(ctx, key)
     p = np.asarray(tr["hook_probs"])[ctx.b, : ctx.n_pos]
-    mp = views.vocab_matrix(p, ids, ctx.vocab_labels(), ctx.labels(), "probability")
+    mp = matrices.vocab_matrix(p, ids, ctx.vocab_labels(), ctx.labels(), "probability")
     fig = figures.heatmap(mp, "softmax(logits)" + note)
     drawn = False
     if highlight and "pos" in highlight and "token" in highlight and highlight["token"] in set(ids.tolist()):
@@ -70,7 +70,7 @@ def logits(ctx, *, key: str = "logits") -> None:
     tr = ctx.trace()
     ids, note = _columns(ctx, key)
     lg = np.asarray(tr["hook_logits"])[ctx.b, : ctx.n_pos]
-    ml = views.vocab_matrix(lg, ids, ctx.vocab_labels(), ctx.labels(), "signed")
+    ml = matrices.vocab_matrix(lg, ids, ctx.vocab_labels(), ctx.labels(), "signed")
     plot(ctx, figures.heatmap(ml, "logits" + note), key=f"{key}.logits")
     downloads("hook_logits", np.asarray(tr["hook_logits"]), ml, key=f"{key}.lg")
     explain(tr.info("hook_logits"))
@@ -83,14 +83,14 @@ def target(ctx, *, key: str = "tp", highlight: Optional[dict] = None) -> bool:
     vocab, labels = ctx.vocab_labels(), ctx.labels()
     tp, nll, y = readouts.target_table(tr, ctx.b, ctx.n_pos)
     target_labels = [f"→ {vocab[t]}" if t >= 0 else "(none)" for t in y]
-    hover = [f"{l} {tl}" for l, tl in zip(views.token_hover(labels), target_labels)]
+    hover = [f"{l} {tl}" for l, tl in zip(matrices.token_hover(labels), target_labels)]
     row = highlight.get("pos") if highlight else None
     c1, c2 = st.columns(2)
     with c1:
-        mt = views.Matrix(tp[:, None], labels, ["p(target)"], "position", "", "probability", hover_rows=hover)
+        mt = matrices.Matrix(tp[:, None], labels, ["p(target)"], "position", "", "probability", hover_rows=hover)
         plot(ctx, figures.heatmap(mt, "p of the true next token", show_values=True, highlight_row=row), key=f"{key}.p")
     with c2:
-        mn = views.Matrix(nll[:, None], labels, ["−log p"], "position", "", "nonnegative", hover_rows=hover)
+        mn = matrices.Matrix(nll[:, None], labels, ["−log p"], "position", "", "nonnegative", hover_rows=hover)
         plot(ctx, figures.heatmap(mn, "loss per token: −log p", show_values=True, highlight_row=row), key=f"{key}.nll")
     explain(tr.info("hook_loss_per_token"))
     return row is not None
@@ -102,7 +102,7 @@ def loss(ctx, *, key: str = "loss", highlight: Optional[dict] = None) -> bool:
     "loss"} points at that number."""
     cfg, tr = ctx.cfg, ctx.trace()
     value = tr.loss
-    ref = views.loss_check(np.asarray(tr["hook_logits"]), np.asarray(tr.targets))
+    ref = matrices.loss_check(np.asarray(tr["hook_logits"]), np.asarray(tr.targets))
     uniform = uniform_loss(cfg.vocab_size)
     which = (highlight or {}).get("metric")
     c1, c2, c3 = st.columns(3)
@@ -133,7 +133,7 @@ def top(ctx, *, key: str = "top") -> None:
     p = np.asarray(tr["hook_probs"])[ctx.b, :T]
     y = np.asarray(tr.targets)[ctx.b, :T]
     k2 = min(5, cfg.vocab_size)
-    best = views.top_predictions(p, k2, vocab)
+    best = matrices.top_predictions(p, k2, vocab)
     df = pd.DataFrame({"position": range(T), "token": labels, "true next": [vocab[t] if t >= 0 else "—" for t in y],
                        **{f"#{j + 1}": [f"{best[t][j][0]}  ({best[t][j][1]:.2f})" for t in range(T)]
                           for j in range(k2)}})

@@ -6,7 +6,7 @@ from typing import Optional
 
 import streamlit as st
 
-from ... import figures, views
+from ...present import figures, matrices
 from ..widgets import explain, plot, step_heatmap
 from . import section
 
@@ -44,10 +44,10 @@ def steps(ctx, *, key: str = "mlp", step: Optional[int] = None) -> None:
 @section("mlp.residual_growth")
 def residual_growth(ctx, *, key: str = "norms") -> None:
     """‖x‖ of every position at every point of the residual stream, and its mean."""
-    norms, stages = views.residual_norms(ctx.trace(), ctx.b, ctx.n_pos)
+    norms, stages = matrices.residual_norms(ctx.trace(), ctx.b, ctx.n_pos)
     labels = ctx.labels()
-    m = views.Matrix(norms, stages, labels, "point in the stream", "position", "nonnegative",
-                     hover_rows=stages, hover_cols=views.token_hover(labels))
+    m = matrices.Matrix(norms, stages, labels, "point in the stream", "position", "nonnegative",
+                     hover_rows=stages, hover_cols=matrices.token_hover(labels))
     plot(ctx, figures.heatmap(m, "‖x‖ of each position at each point of the residual stream"), key=key)
     plot(ctx, figures.line_chart({"mean over positions": norms.mean(axis=1).tolist()}, x=list(range(len(stages))),
                                  title="Mean ‖x‖ through the network", x_title="point in the stream (0 = embeddings)",

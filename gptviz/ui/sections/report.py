@@ -8,10 +8,10 @@ from . import section
 
 @section("report.download")
 def download(ctx, *, key: str = "report") -> None:
-    """A download button for ``gptviz.report``'s self-contained HTML report of this view (config, parameters,
+    """A download button for ``gptviz.present.report``'s self-contained HTML report of this view (config, parameters,
     every step of the chosen layer and head with its formula and sentence, the loss). The file is built only
     when the button is clicked."""
-    from ...report import report_filename, report_html
+    from ...present.report import report_filename, report_html
 
     # The trace and the model are cached and already at hand on any page that draws a chart; taking them now
     # means the click's callable (run outside this script run) touches no Streamlit cache.

@@ -6,7 +6,7 @@ from typing import Optional
 
 import streamlit as st
 
-from ... import figures, views
+from ...present import figures, matrices
 from ..widgets import clear_edits_button, explain, head_step, masked, plot, step_heatmap, vector_editor
 from . import section
 
@@ -25,7 +25,7 @@ def _marked_heatmap(ctx, name: str, head: Optional[int], key: str, highlight: di
     """The step's heatmap with the highlighted query row outlined and its answer cell boxed."""
     tr = ctx.trace()
     info = tr.info(name)
-    m = views.step_matrix(tr[name], info, ctx.labels(), ctx.b, head, masked=masked(ctx), n_pos=ctx.n_pos)
+    m = matrices.step_matrix(tr[name], info, ctx.labels(), ctx.b, head, masked=masked(ctx), n_pos=ctx.n_pos)
     row, col = highlight.get("row"), highlight.get("col")
     title = info.title + (f" · head {head}" if head is not None and "head" in info.axes else "")
     fig = figures.heatmap(m, title, show_values=ctx.s.get("show_values", False), highlight_row=row)

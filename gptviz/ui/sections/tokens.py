@@ -7,7 +7,7 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
-from ... import figures
+from ...present import figures
 from ..widgets import plot
 from . import section
 from .steps import mark_cell

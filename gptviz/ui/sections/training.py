@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from ... import figures, heads, views
+from ...present import figures, matrices
+from ...interp import head_detector
 from .. import resources
 from ..widgets import plot
 from . import section
@@ -15,7 +16,7 @@ SHIPPED_RUN = "induction-heads"
 @st.cache_resource(max_entries=4, show_spinner="Loading the run's snapshots…")
 def _snapshots(name: str) -> tuple:
     """((step, state_dict), ...) of a shipped run, shared read-only by every session."""
-    from ...train import load_snapshots
+    from ...training.recipes import load_snapshots
 
     path = resources.CHECKPOINTS / f"{name}.snapshots.safetensors"
     return tuple(load_snapshots(path)) if path.is_file() else ()
@@ -24,7 +25,7 @@ def _snapshots(name: str) -> tuple:
 @st.cache_data(max_entries=64, show_spinner=False)
 def _probe_at(name: str, step: int) -> dict:
     """The repeated-random probe on the run's weights at ``step``: scores, losses and one row's patterns."""
-    from ...model import GPT
+    from ...model.gpt import GPT
 
     key = resources.shipped_checkpoint(name)
     cfg = resources.registered(key).model.config
@@ -32,10 +33,10 @@ def _probe_at(name: str, step: int) -> dict:
     model = GPT(cfg)
     model.load_state_dict(state, strict=False)
     model.eval()
-    out = heads.probe(model, n=min(24, cfg.block_size // 2), batch=4, seed=3)
-    from ...trace import trace
+    out = head_detector.probe(model, n=min(24, cfg.block_size // 2), batch=4, seed=3)
+    from ...run.trace import trace
 
-    idx = heads.repeated_probe(cfg.vocab_size, out["n"], 1, seed=3)
+    idx = head_detector.repeated_probe(cfg.vocab_size, out["n"], 1, seed=3)
     tr = trace(model, idx)
     out["patterns"] = np.stack([tr[f"blocks.{l}.attn.hook_pattern"][0].numpy() for l in range(cfg.n_layer)])
     out["tokens"] = idx[0].tolist()
@@ -74,11 +75,11 @@ def induction_replay(ctx, *, key: str = "replay") -> None:
     labels = [f"{i}" if i < n else f"{i} (copy)" for i in range(2 * n)]
     pat = pr["patterns"][L - 1, h]
     mk = np.triu(np.ones_like(pat, dtype=bool), 1)
-    m = views.Matrix(np.where(mk, np.nan, pat), labels, labels, "query", "key", "probability", mk)
+    m = matrices.Matrix(np.where(mk, np.nan, pat), labels, labels, "query", "key", "probability", mk)
     c1, c2 = st.columns([3, 2])
     with c1:
         plot(ctx, figures.heatmap(m, f"Step {step}: layer {L - 1} head {h} on the probe"), key=f"{key}.pat")
-    c2.metric("Induction score", f"{ind[h]:.2f}", help=heads.HOW["induction"])
+    c2.metric("Induction score", f"{ind[h]:.2f}", help=head_detector.HOW["induction"])
     c2.metric("Loss on the 2nd copy", f"{pr['loss_second']:.2f}", help="Mean cross-entropy predicting the repeat.")
     c2.metric("Loss on the 1st copy", f"{pr['loss_first']:.2f}", help="Random tokens: no model can predict them.")
     c2.caption(f"An induction head's weights sit on the off-diagonal {n - 1} cells left of the diagonal: from each "

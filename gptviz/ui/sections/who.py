@@ -1,6 +1,6 @@
 """The "Who did it" page's sections: the logit lens, direct logit attribution, and two-prompt patching.
 
-Each is ``f(ctx, *, key)``. The numbers come from ``gptviz.lens`` and ``gptviz.patching``; anything that
+Each is ``f(ctx, *, key)``. The numbers come from ``gptviz.interp.lens`` and ``gptviz.interp.patching``; anything that
 costs more than a few milliseconds is cached per model, text and choice, so the page reruns quickly.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Optional
 import numpy as np
 import streamlit as st
 
-from ... import edits as edit_specs
-from ... import figures_lens as figs
-from ... import lens, patching
+from ...run import edits as edit_specs
+from ...present import figures_lens as figs
+from ...interp import lens, patching
 from .. import resources
 from ..widgets import plot
 from . import section
@@ -214,7 +214,7 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
     if h2.button(f"Open L{lh[0]} H{lh[1]} on the Attention page", key=f"{key}.open"):
         _open_head(ctx.s, *lh)
         try:
-            st.switch_page("pages/3_Attention.py")
+            st.switch_page("app_pages/attention.py")
         except Exception:  # noqa: BLE001 - outside the multipage app (a lone script, a test)
             st.success(f"Layer {lh[0]}, head {lh[1]} is now the selected head: open the Attention page to see it.")
 

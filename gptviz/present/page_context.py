@@ -1,0 +1,401 @@
+"""Settings in, a page context out, without drawing anything.
+
+``resolve(settings, store)`` works out the tokenizer, the model config, the batch and which model is
+shown from one settings dict, and returns ``(ctx, notices)``. It imports no Streamlit: every problem is a
+``Notice`` for the caller to show, so the sidebar, a lesson step that pins its own text and preset, and
+the HTML report all resolve settings the same way. ``store`` supplies the cached resources (the app
+passes ``gptviz.ui.resources``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..run import edits as edit_specs
+from ..training import tasks
+from ..paths import CHECKPOINTS
+from ..config import PRESETS, ModelConfig
+from ..text.batches import DEFAULT_PROMPT, Batch, encode_batch
+from ..model.gpt import GPT
+from ..text.tokenizers import TOKENIZER_NAMES  # noqa: F401
+from ..run.trace import Trace
+
+CKPT_PREFIX = "checkpoint: "
+
+# Config fields the sidebar edits (vocab_size always comes from the tokenizer).
+CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
+INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed", "n_enc_layer", "enc_len"}
+FLOAT_FIELDS = {"dropout", "init_std", "ln_eps", "rope_base"}
+BOOL_FIELDS = {"bias", "qkv_bias", "tie_weights", "attn_only", "attn_proj_bias", "head_bias"}
+
+
+def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
+    d = cfg.to_dict()
+    d.pop("vocab_size")
+    # 0 means "work it out": so a preset's derived sizes follow n_embd / n_head when those change
+    if cfg.d_head * cfg.n_head == cfg.n_embd:
+        d["d_head"] = 0
+    if cfg.d_mlp == 4 * cfg.n_embd:
+        d["d_mlp"] = 0
+    if cfg.qkv_bias == cfg.bias:
+        d["qkv_bias"] = "same as bias"
+    return d
+
+
+
+
+@dataclass
+class Entry:
+    """A model that is not built from a config alone (trained, uploaded or shipped), with the tokenizer it was
+    made for, a label and its checkpoint's metadata: what a store's ``registered(key)`` returns."""
+
+    model: Any
+    tokenizer: object = None
+    label: str = ""
+    meta: dict = field(default_factory=dict)
+# The app opens on the shipped Shakespeare model, so the first heatmap a class sees is a learned pattern
+# (the small untrained model is the preset "default"; links that name it still open it).
+OPENING_MODEL = "shakespeare"
+
+
+def default_preset() -> str:
+    return CKPT_PREFIX + OPENING_MODEL if (CHECKPOINTS / f"{OPENING_MODEL}.safetensors").is_file() else "default"
+
+
+def defaults() -> dict[str, Any]:
+    d = {
+        "preset": default_preset(),
+        "text": DEFAULT_PROMPT,
+        "tokenizer": "char-bpe",
+        "merges": 20,
+        "lowercase": True,
+        "batch": 0,
+        "layer": 0,
+        "head": 0,
+        "show_values": False,
+        "step": 0,
+        "untrained": False,
+        "export_format": "png",
+    }
+    d.update(_config_settings(PRESETS["default"]))
+    return d
+
+
+URL_FIELDS = ["preset", "text", "source", "tokenizer", "merges", "lowercase", "untrained", *CONFIG_FIELDS]
+
+
+def _coerce(field: str, raw: str, default: Any) -> Any:
+    if field in INT_FIELDS or field == "merges":
+        return int(raw)
+    if field in FLOAT_FIELDS:
+        return float(raw)
+    if field in BOOL_FIELDS or field in ("lowercase", "untrained"):
+        if field == "qkv_bias" and raw == "same as bias":
+            return raw
+        if field == "attn_proj_bias" and raw == "None":  # None: the same as bias
+            return None
+        if raw.lower() in ("1", "true", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "no"):
+            return False
+        raise ValueError(raw)
+    return raw
+
+
+def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:
+    """The ModelConfig the settings describe. Raises ValueError with the rule that is broken."""
+    data = {f: s[f] for f in CONFIG_FIELDS}
+    data["d_head"] = data["d_head"] or None
+    data["d_mlp"] = data["d_mlp"] or None
+    if data["qkv_bias"] == "same as bias":
+        data["qkv_bias"] = None
+    data["vocab_size"] = vocab_size
+    return ModelConfig(**data)
+
+
+def config_json(cfg: ModelConfig) -> str:
+    return json.dumps(cfg.to_dict(), sort_keys=True)
+
+
+def apply_preset(s: dict[str, Any], name: str) -> None:
+    s["preset"] = name
+    s["model_key"] = None  # a preset replaces any loaded model; a checkpoint preset loads its own
+    s["id_edits"] = {}
+    s["edits"] = edit_specs.empty()
+    if name.startswith(CKPT_PREFIX):
+        s["text"] = ""  # a task model comes with an example in its own format, filled in when it loads
+    if name in PRESETS:
+        s.update(_config_settings(PRESETS[name]))
+
+
+# A model this big reads at most BIG_MODEL_T tokens per line, so that every page stays quick.
+BIG_MODEL_PARAMS = 20_000_000
+BIG_MODEL_T = 64
+
+
+@dataclass
+class Notice:
+    level: str  # "error" | "warning" | "info" | "caption"
+    text: str
+    icon: Optional[str] = None
+
+
+@dataclass
+class Ctx:
+    """Everything a page needs, worked out once per rerun."""
+
+    s: dict[str, Any]
+    cfg: ModelConfig
+    cfg_json: str
+    tok: Any
+    batch: Batch
+    model_key: Optional[str] = None
+    entry: Any = None  # the loaded model's registry entry, if a loaded model is shown (or its shape, untrained)
+    untrained: bool = False  # the loaded model's shape, freshly initialised
+    store: Any = None
+    edit_notice: str = ""
+    scored_y: Any = None  # targets with -100 where the model's task does not score (None: every position)
+    task_rule: str = ""  # one sentence on which positions the task scores
+    style: dict = field(default_factory=dict)  # figure style for this view (e.g. presenter fonts)
+    # an encoder-decoder model's source (x: the token ids its encoder reads, attention_mask: 1 real, 0 padding),
+    # one row per batch row; None for a decoder-only model or a fixed random encoder output (n_enc_layer = 0)
+    source_batch: Optional[Batch] = None
+    _traces: dict = field(default_factory=dict)
+
+    @property
+    def model(self) -> GPT:
+        return self.store.get_model(self.cfg_json, self.model_key)
+
+    @property
+    def b(self) -> int:
+        return min(self.s["batch"], self.batch.x.shape[0] - 1)
+
+    @property
+    def n_pos(self) -> int:
+        return self.batch.lengths[self.b]
+
+    @property
+    def layer(self) -> int:
+        return min(self.s["layer"], self.cfg.n_layer - 1)
+
+    @property
+    def head(self) -> Optional[int]:
+        h = self.s["head"]
+        return None if h is None or h < 0 else min(h, self.cfg.n_head - 1)
+
+    @property
+    def selection(self) -> Optional[tuple[int, int]]:
+        """The (query, key) pair picked by clicking an attention cell, if it fits this text."""
+        sel = self.s.get("sel")
+        if not sel or len(sel) != 2:
+            return None
+        q, k = int(sel[0]), int(sel[1])
+        return (q, k) if 0 <= k <= q < self.n_pos else None
+
+    @property
+    def label(self) -> str:
+        """What model is shown, in words."""
+        if self.entry is not None:
+            name = self.entry.label
+            return f"{name} — untrained weights (same shape)" if self.untrained else name
+        return f"the configurable model (preset: {self.s.get('preset')}, seed {self.cfg.seed})"
+
+    def labels(self, b: Optional[int] = None) -> list[str]:
+        b = self.b if b is None else b
+        return [self.tok.token_str(int(i)) for i in self.batch.x[b, : self.batch.lengths[b]]]
+
+    def id_label(self, i: int) -> str:
+        return self.tok.token_str(int(i))
+
+    def vocab_labels(self) -> list[str]:
+        return self.store.vocab_labels(self.tok)
+
+    def trace(self, grads: bool = False) -> Trace:
+        """The (cached) trace of this batch, with the session's edits."""
+        if not grads and True in self._traces:
+            return self._traces[True]  # a trace with gradients holds every forward value too: don't trace twice
+        if grads not in self._traces:
+            b = self.batch
+            args = (self.cfg_json, self.model_key, _tup(b.x), _tup(b.y), _tup(b.attention_mask))
+            src = self.source_batch
+            source = () if src is None else (_tup(src.x), _tup(src.attention_mask))
+            spec = self.s.get("edits") or edit_specs.EMPTY
+            try:
+                self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(spec), grads, *source)
+            except ValueError as exc:
+                self.edit_notice = f"Your edits could not be applied ({exc}), so this shows the model without them."
+                self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(None), grads, *source)
+        return self._traces[grads]
+
+
+def _tup(t) -> tuple:
+    return tuple(map(tuple, t.tolist()))
+
+
+def _cap(msg: str) -> str:
+    return msg[:1].upper() + msg[1:]
+
+
+def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], edits_key: str, grads: bool,
+                   src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
+    """The trace a store serves for these (hashable) arguments: numpy arrays, read-only, and with gradients only
+    the weight gradients' norms. ``edits_key`` is ``edits.spec_key(spec)``; ``src``/``src_mask`` an
+    encoder-decoder model's source token ids and padding mask."""
+    import torch
+
+    from ..run.trace import trace
+
+    cfg = model.config
+    spec = json.loads(edits_key)
+    edits = edit_specs.from_spec(spec, cfg.n_layer, cfg.n_head) if not edit_specs.is_empty(spec) else None
+    source = {}
+    if src is not None:
+        source["enc_input"] = torch.tensor(src, dtype=torch.long)
+        if src_mask is not None and not all(all(r) for r in src_mask):
+            source["enc_mask"] = torch.tensor(src_mask, dtype=torch.long)
+    tr = trace(model, torch.tensor(x, dtype=torch.long),
+               targets=None if y is None else torch.tensor(y, dtype=torch.long),
+               attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
+               edits=edits, grads=grads, weight_grads="norms" if grads else "tensors", **source)
+    return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
+
+
+def encode_source(tok, cfg: ModelConfig, text: Optional[str], rows: int) -> tuple[Optional[Batch], list[str]]:
+    """An encoder-decoder model's source as a ``Batch`` with exactly ``rows`` rows (the last line repeats if there
+    are fewer lines), and notices; ``(None, notices)`` when the model has no encoder (n_enc_layer < 1) or the
+    text gives no tokens."""
+    if cfg.n_enc_layer < 1 or not text or not str(text).strip():
+        return None, []
+    try:
+        src = encode_batch(tok, str(text), cfg.enc_len)
+    except ValueError as exc:
+        return None, [f"The source can't be read ({exc}): the encoder reads the model's example instead."]
+    if int(src.x.min()) < 0 or int(src.x.max()) >= cfg.vocab_size:
+        return None, ["The source has tokens outside this model's vocabulary: the encoder reads the model's example "
+                      "instead."]
+    pick = [min(r, src.x.shape[0] - 1) for r in range(rows)]
+    out = Batch(src.x[pick], src.y[pick], src.attention_mask[pick], [src.lengths[i] for i in pick], src.notices)
+    return out, [f"Source: {n}" for n in src.notices]
+
+
+def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
+    """The context a page shows for settings ``s`` (which this may correct in place: a checkpoint's
+    example text, a setting that had to fall back), and the notices to show about it."""
+    notes: list[Notice] = []
+    # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until unloaded
+    preset = str(s.get("preset", ""))
+    if preset.startswith(CKPT_PREFIX) and not s.get("model_key"):
+        name = preset[len(CKPT_PREFIX):]
+        try:
+            s["model_key"] = store.shipped_checkpoint(name)
+            entry = store.registered(s["model_key"])
+            if entry and entry.meta.get("example") and s.get("text") in (None, "", DEFAULT_PROMPT):
+                # an encoder-decoder model's example is its source; its decoder reads decoder_example
+                s["text"] = entry.meta.get("decoder_example") or entry.meta["example"]
+                if entry.meta.get("decoder_example"):
+                    s["source"] = entry.meta["example"]
+        except (ValueError, OSError) as exc:
+            notes.append(Notice("error", f"The shipped model {name!r} could not be loaded: {exc}. "
+                                         "Showing the small configurable model instead."))
+            s["preset"] = "default"
+            s["model_key"] = None
+    model_key = s.get("model_key")
+    entry = store.registered(model_key)
+    if model_key and entry is None:
+        notes.append(Notice("warning", "The loaded model is no longer in memory (the server was restarted or it "
+                                       "was replaced); showing the configurable model again."))
+        s["model_key"] = model_key = None
+    untrained = bool(entry is not None and s.get("untrained"))
+
+    # 1. tokenizer: the loaded model's own, else the chosen one
+    tok = entry.tokenizer if entry is not None and entry.tokenizer is not None else None
+    if tok is None:
+        tok, err = store.tokenizer_for(s["tokenizer"], int(s["merges"]), bool(s["lowercase"]))
+        if tok is None:
+            notes.append(Notice("warning", f"{err} Showing the built-in char BPE tokenizer instead.", "📴"))
+            tok, _ = store.tokenizer_for("char-bpe", int(s["merges"]), bool(s["lowercase"]))
+
+    # 2. config: on a bad setting, say which and keep the last one that worked
+    if entry is not None:
+        cfg = entry.model.config
+        if tok.vocab_size > cfg.vocab_size:
+            notes.append(Notice("error", f"The tokenizer has {tok.vocab_size:,} tokens but the loaded model only "
+                                         f"{cfg.vocab_size:,}: choose a tokenizer that fits it."))
+            tok, _ = store.tokenizer_for("char-bpe", 0, True)
+    else:
+        try:
+            cfg = config_from_settings(s, tok.vocab_size)
+            cfg.check_limits(batch=1, seq_len=1)  # the size of the model itself; the trace is checked below
+            s["_last_good"] = cfg.to_dict()
+        except ValueError as exc:
+            notes.append(Notice("error", f"**This model setting can't be used:** {exc}. Still showing the last model "
+                                         "that worked.", "⚠️"))
+            last = s.get("_last_good")
+            cfg = ModelConfig.from_dict(last) if last else PRESETS["default"]
+            if cfg.vocab_size != tok.vocab_size:
+                cfg = cfg.replace(vocab_size=tok.vocab_size)
+
+    # 3. batch: a big model reads fewer tokens, so that every page stays quick
+    T = cfg.block_size
+    if cfg.num_params() > BIG_MODEL_PARAMS and T > BIG_MODEL_T:
+        T = BIG_MODEL_T
+        notes.append(Notice("caption", f"This model has {cfg.num_params() / 1e6:.0f}M parameters: each line is cut "
+                                       f"to {T} tokens to keep the pages responsive."))
+    try:
+        batch = encode_batch(tok, s["text"], T)
+    except ValueError as exc:
+        notes.append(Notice("warning", f"{_cap(str(exc))}. Showing the example sentence instead.", "✏️"))
+        example = entry.meta.get("example") if entry is not None else None
+        batch = None
+        for fallback in (example, DEFAULT_PROMPT, tok.decode([0, 0])):
+            try:
+                batch = encode_batch(tok, fallback, T) if fallback else None
+            except ValueError:
+                batch = None
+            if batch is not None:
+                break
+    if s.get("id_edits"):
+        x, y, extra = edit_specs.apply_id_edits(batch.x, batch.y, batch.lengths, s["id_edits"], cfg.vocab_size)
+        batch = Batch(x, y, batch.attention_mask, batch.lengths, batch.notices + extra)
+    for n in batch.notices:
+        notes.append(Notice("info", n, "✂️" if "cut" in n else "ℹ️"))
+
+    # 4. the trace of this very batch must fit; if it doesn't, the text is what to shorten
+    try:
+        cfg.check_limits(batch=batch.x.shape[0], seq_len=batch.x.shape[1])
+    except ValueError as exc:
+        notes.append(Notice("error", f"**This text is too long for this model:** {exc}. Showing the first line, cut "
+                                     "to fit, instead."))
+        batch = encode_batch(tok, s["text"].splitlines()[0] if s["text"].strip() else DEFAULT_PROMPT, min(T, 64))
+
+    # 4b. a model with an encoder reads a source: the settings' "source", else the loaded model's example
+    source_batch = None
+    if cfg.n_enc_layer > 0:
+        text = s.get("source") or (entry.meta.get("example") if entry is not None else None) or s["text"]
+        source_batch, src_notes = encode_source(tok, cfg, text, batch.x.shape[0])
+        notes += [Notice("info", n, "✂️") for n in src_notes]
+
+    model_key_shown = None if untrained else model_key
+    ctx = Ctx(s, cfg, config_json(cfg), tok, batch, model_key_shown, entry=entry, untrained=untrained,
+              store=store, source_batch=source_batch)
+    # 5. a model trained on a task is scored on the positions that task scores
+    task = (entry.meta.get("task") if entry is not None else None) or ""
+    rule = tasks.scoring_rule(task)
+    if rule:
+        ctx.scored_y, ctx.task_rule = tasks.scored_targets(task, batch.x, batch.y, tok), rule
+    return ctx, notes
+
+
+def pinned(s: dict, **overrides) -> dict:
+    """A copy of settings ``s`` with some fields pinned (a lesson step's text, preset, layer, head), for
+    ``resolve``: the session's own settings, sidebar and URL are left as they are."""
+    out = copy.deepcopy({k: v for k, v in s.items() if not k.startswith("_")})
+    preset = overrides.pop("preset", None)
+    if preset is not None and preset != out.get("preset"):
+        apply_preset(out, preset)
+    out.update(overrides)
+    return out

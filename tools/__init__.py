@@ -1,0 +1,1 @@
+"""Developers' tools: not part of the app or the engine."""
