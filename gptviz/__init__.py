@@ -2,20 +2,26 @@
 
 The engine imports without Streamlit. Start with ``ModelConfig``, ``GPT`` and ``trace``; an encoder-decoder
 model (cross-attention) is a ``Seq2Seq``, and ``build_model(config)`` makes whichever a config describes.
+``from_hf_gpt2(hf_model)`` imports a Hugging Face GPT-2.
 """
+from .config import PRESET_DESCRIPTIONS, PRESETS, ModelConfig, preset
+from .model.build import build_model
 from .model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .config import PRESETS, PRESET_DESCRIPTIONS, ModelConfig, preset
-from .text.batches import BUILTIN_TEXT, Batch, encode_batch, pad_batch, stream_batch
-from .run.loss import loss_breakdown
-from .model.gpt import GPT, HookPoint
-from .model.encoder_decoder import Seq2Seq, build_model
+from .model.encoder_decoder import Seq2Seq
+from .model.gpt import GPT
+from .model.hf_gpt2 import from_hf_gpt2
+from .model.hook_names import act_name
+from .model.hook_points import HookPoint
 from .present.descriptions import StepInfo, describe
-from .text.tokenizers import TOKENIZER_NAMES, CharBPETokenizer, TiktokenTokenizer, TokenizerUnavailable, get_tokenizer
+from .run.loss import loss_breakdown
 from .run.trace import Trace, trace
+from .text.batches import BUILTIN_TEXT, Batch, encode_batch, pad_batch, stream_batch
+from .text.tokenizers import TOKENIZER_NAMES, CharBPETokenizer, TiktokenTokenizer, TokenizerUnavailable, get_tokenizer
 
 __all__ = [
     "PRESETS", "PRESET_DESCRIPTIONS", "ModelConfig", "preset", "BUILTIN_TEXT", "Batch", "encode_batch",
-    "pad_batch", "stream_batch", "loss_breakdown", "GPT", "HookPoint", "Seq2Seq", "build_model", "StepInfo", "describe",
+    "pad_batch", "stream_batch", "loss_breakdown", "GPT", "HookPoint", "Seq2Seq", "build_model", "from_hf_gpt2",
+    "StepInfo", "describe",
     "TOKENIZER_NAMES", "CharBPETokenizer", "TiktokenTokenizer", "TokenizerUnavailable", "get_tokenizer",
-    "Trace", "trace", "Checkpoint", "load_checkpoint", "save_checkpoint",
+    "Trace", "trace", "Checkpoint", "load_checkpoint", "save_checkpoint", "act_name",
 ]

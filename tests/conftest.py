@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT))
 
 # No test reads anything outside this repository: the tiktoken vocabularies ship in gptviz/text/data/tiktoken.
 
-from gptviz import GPT, ModelConfig  # noqa: E402
+from gptviz import GPT, ModelConfig
 
 # Together these use every value of every choice field.
 CONFIGS = {

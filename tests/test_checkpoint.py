@@ -5,10 +5,9 @@ import pickle
 
 import pytest
 import torch
-
 from conftest import CONFIGS, random_ids
-from gptviz import GPT, CharBPETokenizer
-from gptviz import trace
+
+from gptviz import GPT, CharBPETokenizer, trace
 from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
 
 

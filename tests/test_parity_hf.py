@@ -4,8 +4,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from gptviz import GPT
-from gptviz import trace  # noqa: E402
+from gptviz import from_hf_gpt2, trace
 
 
 def make_hf(tie=True, activation="gelu_new", seed=0):
@@ -26,7 +25,7 @@ def make_hf(tie=True, activation="gelu_new", seed=0):
 @pytest.mark.parametrize("tie,activation", [(True, "gelu_new"), (False, "gelu"), (True, "relu")])
 def test_logits_and_every_attention_pattern_match(tie, activation):
     hf = make_hf(tie, activation)
-    ours = GPT.from_hf_gpt2(hf)
+    ours = from_hf_gpt2(hf)
     idx = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         out = hf(idx, output_attentions=True)
@@ -40,7 +39,7 @@ def test_logits_and_every_attention_pattern_match(tie, activation):
 
 def test_loss_and_padding_match():
     hf = make_hf()
-    ours = GPT.from_hf_gpt2(hf)
+    ours = from_hf_gpt2(hf)
     idx = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(4))
     mask = torch.ones(2, 10, dtype=torch.long)
     mask[1, 6:] = 0
@@ -60,4 +59,4 @@ def test_unsupported_hf_options_are_refused():
     cfg = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=24, n_layer=1, n_head=4,
                                   scale_attn_by_inverse_layer_idx=True)
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
-        GPT.from_hf_gpt2(transformers.GPT2LMHeadModel(cfg))
+        from_hf_gpt2(transformers.GPT2LMHeadModel(cfg))

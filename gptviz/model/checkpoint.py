@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import safetensors.torch
 import torch
+from safetensors import SafetensorError
 
 from ..config import ModelConfig
-from .gpt import GPT
-from .encoder_decoder import build_model
 from ..text.tokenizers import CharBPETokenizer, TiktokenTokenizer
+from .base import TransformerBase
+from .build import build_model
+from .gpt import GPT
 from .hf_gpt2 import gpt2_state_dict_to_gptviz, load_state
 
 FORMAT = "gptviz-1"
@@ -31,7 +34,7 @@ Source = Union[str, os.PathLike, bytes]
 
 @dataclass
 class Checkpoint:
-    model: GPT  # or a gptviz.model.encoder_decoder.Seq2Seq when config.n_enc_layer >= 0
+    model: TransformerBase  # a GPT, or a gptviz.model.encoder_decoder.Seq2Seq when config.n_enc_layer >= 0
     tokenizer: Any = None  # a tokenizer, or None when the file names none
     meta: dict = field(default_factory=dict)
     kind: str = "gptviz"  # gptviz | hf-gpt2 | nanogpt
@@ -61,7 +64,7 @@ def tokenizer_from_meta(d: dict):
     raise ValueError(f"unknown tokenizer kind {d.get('kind')!r}")
 
 
-def _payload(model: GPT, tokenizer, meta: dict) -> tuple[dict, dict]:
+def _payload(model: TransformerBase, tokenizer, meta: dict) -> tuple[dict, dict]:
     sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_weights:
         sd.pop("lm_head.weight", None)
@@ -74,20 +77,16 @@ def _payload(model: GPT, tokenizer, meta: dict) -> tuple[dict, dict]:
     return sd, header
 
 
-def save_checkpoint(path: Union[str, os.PathLike], model: GPT, tokenizer=None, **meta: Any) -> None:
+def save_checkpoint(path: Union[str, os.PathLike], model: TransformerBase, tokenizer=None, **meta: Any) -> None:
     """Write weights, config and tokenizer to one ``.safetensors`` file. A tied head is stored once."""
-    from safetensors.torch import save_file
-
     sd, header = _payload(model, tokenizer, meta)
-    save_file(sd, str(path), metadata=header)
+    safetensors.torch.save_file(sd, str(path), metadata=header)
 
 
-def checkpoint_bytes(model: GPT, tokenizer=None, **meta: Any) -> bytes:
+def checkpoint_bytes(model: TransformerBase, tokenizer=None, **meta: Any) -> bytes:
     """The same file as ``save_checkpoint`` writes, as bytes (for a download button)."""
-    from safetensors.torch import save
-
     sd, header = _payload(model, tokenizer, meta)
-    return save(sd, metadata=header)
+    return safetensors.torch.save(sd, metadata=header)
 
 
 def _read_bytes(src: Source) -> bytes:
@@ -121,15 +120,12 @@ def load_checkpoint(src: Source, name: str = "", n_head: Optional[int] = None) -
 
 
 def _load_safetensors(data: bytes, n_head: Optional[int]) -> Checkpoint:
-    from safetensors import SafetensorError
-    from safetensors.torch import load as st_load
-
     try:
         header_len = int.from_bytes(data[:8], "little")
         if len(data) < 8 or header_len <= 0 or 8 + header_len > len(data):
             raise ValueError
         header = json.loads(data[8:8 + header_len])
-        tensors = st_load(data)
+        tensors = safetensors.torch.load(data)
     except (ValueError, SafetensorError, UnicodeDecodeError, json.JSONDecodeError, RuntimeError) as exc:
         raise ValueError("this is not a readable .safetensors file (it may be truncated or of another format)") from exc
     meta = header.get("__metadata__") or {}
@@ -184,7 +180,8 @@ def _load_torch(data: bytes, n_head: Optional[int]) -> Checkpoint:
             "unread: loading it could run code. Save just the weights (e.g. nanoGPT's ckpt.pt, or a state_dict)."
         ) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, AttributeError, KeyError) as exc:
-        raise ValueError("this is not a readable PyTorch checkpoint (it may be truncated or of another format)") from exc
+        raise ValueError("this is not a readable PyTorch checkpoint "
+                         "(it may be truncated or of another format)") from exc
     if not isinstance(obj, dict):
         raise ValueError("a PyTorch checkpoint must hold a dict (a state_dict, or nanoGPT's ckpt with 'model')")
     if "model" in obj and "model_args" in obj:  # nanoGPT
@@ -214,7 +211,7 @@ def _gpt2_ok() -> bool:
         return False
 
 
-def _load_checked(model: GPT, sd: dict) -> None:
+def _load_checked(model: TransformerBase, sd: dict) -> None:
     try:
         load_state(model, sd)
     except (KeyError, RuntimeError) as exc:

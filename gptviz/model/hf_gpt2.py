@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ModelConfig
+from .gpt import GPT
 
 _HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 
@@ -55,10 +56,8 @@ def gpt2_state_dict_to_gptviz(sd: dict, n_layer: int) -> dict:
     return out
 
 
-def from_hf_gpt2(hf_model):
+def from_hf_gpt2(hf_model) -> GPT:
     """A gptviz GPT with the weights of a ``transformers`` ``GPT2LMHeadModel`` (same logits)."""
-    from .gpt import GPT
-
     cfg = config_from_hf_gpt2(hf_model.config)
     model = GPT(cfg)
     sd = gpt2_state_dict_to_gptviz({k: v.detach() for k, v in hf_model.state_dict().items()}, cfg.n_layer)

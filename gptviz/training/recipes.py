@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-
+import safetensors.torch
 import torch
 
+from ..config import ModelConfig
+from ..interp import head_detector
 from ..model.checkpoint import save_checkpoint
 from ..model.gpt import GPT
-from .tasks import make_task
+from ..text import corpus
 from .loop import DEFAULTS, TrainConfig, model_config_for, train
-
+from .reversal import reverse_cli
+from .tasks import ShakespeareTask, make_task
 
 # The Shakespeare models. Model fields go to ModelConfig, the rest to TrainConfig / the task.
 CORPUS_RECIPES = {
@@ -55,10 +58,6 @@ def run_recipe(name: str, seed: int = 0, overrides: Optional[dict] = None, stop_
     re-made and compared with the curve its checkpoint recorded.
 
     Returns ``model, hist, curve, task, cfg, tc, seconds``."""
-    from ..interp import head_detector
-    from ..config import ModelConfig
-    from .tasks import ShakespeareTask
-
     r = dict(CORPUS_RECIPES[name])
     r.update({k: v for k, v in (overrides or {}).items() if v is not None})
     task = ShakespeareTask(block_size=r.get("block_size", 128), induction_share=r["induction_share"],
@@ -84,8 +83,10 @@ def run_recipe(name: str, seed: int = 0, overrides: Optional[dict] = None, stop_
         curve.append(row)
         if verbose:
             print(f"step {step:6d}  train {row['train_loss']:.3f}  val {v['nats_per_char']:.3f} nats/char  "
-                  f"induction(L{cfg.n_layer - 1}) {row['induction_max']:.2f}  prev(L0) {row['previous_max_layer0']:.2f}  "
-                  f"probe loss 1st {pr['loss_first']:.2f} 2nd {pr['loss_second']:.2f}  {row['seconds']:7.1f}s", flush=True)
+                  f"induction(L{cfg.n_layer - 1}) {row['induction_max']:.2f}  "
+                  f"prev(L0) {row['previous_max_layer0']:.2f}  "
+                  f"probe loss 1st {pr['loss_first']:.2f} 2nd {pr['loss_second']:.2f}  {row['seconds']:7.1f}s",
+                  flush=True)
 
     done = [0]
 
@@ -101,12 +102,8 @@ def run_recipe(name: str, seed: int = 0, overrides: Optional[dict] = None, stop_
 
 def _train_corpus(a, argv) -> int:
     """Train a Shakespeare model, reporting held-out loss per character and the probe's head scores."""
-    from ..text import corpus
-    from ..interp import head_detector
-
     run = run_recipe(a.task, a.seed, {k: getattr(a, k) for k in ("steps", "batch_size", "lr")})
     model, hist, curve, task, tc = run["model"], run["hist"], run["curve"], run["task"], run["tc"]
-    cfg = run["cfg"]
     seconds = run["seconds"]
     val = task.validation(model)
     base = corpus.baselines(task.tokenizer)
@@ -137,18 +134,14 @@ def _train_corpus(a, argv) -> int:
 
 def save_snapshots(path, snapshots) -> None:
     """Weights at several steps of a run, in float16, as one safetensors file (``step{N}.{name}``)."""
-    from safetensors.torch import save_file
-
     flat = {f"step{s}.{k}": v.detach().to(torch.float16).contiguous() for s, sd in snapshots for k, v in sd.items()
             if not k.endswith("attn.bias")}
-    save_file(flat, str(path), metadata={"steps": json.dumps([s for s, _ in snapshots])})
+    safetensors.torch.save_file(flat, str(path), metadata={"steps": json.dumps([s for s, _ in snapshots])})
 
 
 def load_snapshots(path) -> list[tuple[int, dict]]:
     """``save_snapshots``'s file back as ``[(step, state_dict)]`` (float32)."""
-    from safetensors.torch import load_file
-
-    flat = load_file(str(path))
+    flat = safetensors.torch.load_file(str(path))
     out: dict[int, dict] = {}
     for k, v in flat.items():
         step, name = k.split(".", 1)
@@ -173,9 +166,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     if a.task in CORPUS_RECIPES:
         return _train_corpus(a, argv)
-    if a.task == "reverse":  # an encoder-decoder model: its own loop in gptviz.model.encoder_decoder
-        from ..model.encoder_decoder import reverse_cli
-
+    if a.task == "reverse":  # an encoder-decoder model: its own loop in gptviz.training.reversal
         return reverse_cli(a, argv)
     d = dict(DEFAULTS[a.task])
     for k in ("steps", "batch_size", "lr", "optimizer", "n_layer", "n_head", "n_embd"):
@@ -188,8 +179,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
 
     def progress(step, h):
-        print(f"step {step:5d}  loss {h.eval_loss[-1]:.4f}  accuracy {h.accuracy[-1]:.4f}  {time.perf_counter() - t0:6.1f}s",
-              flush=True)
+        print(f"step {step:5d}  loss {h.eval_loss[-1]:.4f}  accuracy {h.accuracy[-1]:.4f}  "
+              f"{time.perf_counter() - t0:6.1f}s", flush=True)
 
     model, hist = train(GPT(cfg), task, tc, on_progress=progress)
     acc = hist.accuracy[-1]

@@ -3,11 +3,10 @@ session as a user would, shows no error and the parameter count of a fresh model
 import re
 
 import pytest
-
 from apphelp import messages, ok, page
 
 from gptviz import PRESETS, load_checkpoint
-from gptviz.model.encoder_decoder import build_model
+from gptviz.model.build import build_model
 from gptviz.text.tokenizers import get_tokenizer
 from gptviz.ui.resources import CHECKPOINTS
 
@@ -38,7 +37,8 @@ def test_every_preset_and_checkpoint_in_turn():
     at = ok(page("home"))
     values = preset_options()
     assert at.selectbox(key="w.preset").options == [preset_label(v) for v in values]  # what the user sees
-    assert sum(v.startswith("checkpoint: ") for v in values) >= 3 and {k for k, c in PRESETS.items() if getattr(c, 'n_enc_layer', -1) < 0} <= set(values)
+    assert (sum(v.startswith("checkpoint: ") for v in values) >= 3
+            and {k for k, c in PRESETS.items() if getattr(c, 'n_enc_layer', -1) < 0} <= set(values))
     for opt in values:
         if opt == "custom":
             continue

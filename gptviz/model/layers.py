@@ -1,0 +1,181 @@
+"""The layers GPT and the encoder-decoder model share: positional tables, Norm, the multi-head attention
+core, the MLP and the residual ``sublayer``, every intermediate passed through a HookPoint.
+
+Attention is written out step by step (no fused kernel) so every intermediate exists. Shape comments use
+B batch, T positions, S key positions (T again for self-attention, the source's for cross-attention),
+C n_embd, nh heads, hs d_head, d_mlp. In an encoder block every position is a source position: there T is
+the source length too.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from .hook_points import HookPoint, Recorder
+
+
+# --------------------------------------------------------------------------- positional tables
+def sinusoidal_table(n_pos: int, d: int) -> torch.Tensor:
+    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)).  Shape (n_pos, d)."""
+    pos = torch.arange(n_pos, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d, 2, dtype=torch.float64)
+    angle = pos / torch.pow(10000.0, two_i / d)  # (n_pos, ceil(d/2))
+    table = torch.zeros(n_pos, d, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d // 2])
+    return table.float()
+
+
+def rope_angles(n_pos: int, d_head: int, base: float = 10000.0) -> torch.Tensor:
+    """Rotary angles θ[t, i] = t · base^(-2i/d_head) for i < d_head/2.  Shape (n_pos, d_head/2)."""
+    inv_freq = torch.pow(base, -torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+    return (torch.arange(n_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]).float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[i], x[i + d/2]) by angle θ[t, i] (the GPT-NeoX / Hugging Face LLaMA layout).
+
+    x: (B, T, nh, hs); cos, sin: (T, hs/2).
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def train_dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """Dropout with probability ``p`` while training, and ``x`` itself otherwise."""
+    return F.dropout(x, p, training=True) if train and p > 0 else x
+
+
+# --------------------------------------------------------------------------- modules
+class Norm(nn.Module):
+    """LayerNorm or RMSNorm, written out so its divisor and its normalised input can be recorded."""
+
+    def __init__(self, config: ModelConfig, hook_prefix: str):
+        super().__init__()
+        self.kind = config.norm
+        self.eps = config.ln_eps
+        self.weight = nn.Parameter(torch.ones(config.n_embd))
+        self.bias = nn.Parameter(torch.zeros(config.n_embd)) if config.bias else None
+        self.hook_scale = HookPoint(f"{hook_prefix}.hook_scale")  # (B, T, 1)
+        self.hook_normalized = HookPoint(f"{hook_prefix}.hook_normalized")  # (B, T, C)
+        self.hook_out = HookPoint(f"{hook_prefix}.hook_out")  # (B, T, C)
+
+    def forward(self, x: torch.Tensor, rec: Recorder = None) -> torch.Tensor:
+        if self.kind == "layernorm":
+            x = x - x.mean(dim=-1, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt(), rec)  # (B, T, 1)
+        x = self.hook_normalized(x / scale, rec)  # (B, T, C)
+        x = x * self.weight
+        if self.bias is not None:
+            x = x + self.bias
+        return self.hook_out(x, rec)  # (B, T, C)
+
+
+class HeadsAttention(nn.Module):
+    """Multi-head attention from per-position queries, keys and values, every step hooked.
+
+    The shared core of every attention here: GPT's causal self-attention (``gptviz.model.gpt``) and the
+    encoder-decoder model's self- and cross-attention (``gptviz.model.encoder_decoder``). Queries may come from
+    one sequence (T positions) and keys and values from another (S positions); ``mask`` says which keys each
+    query may see.
+
+    ``rope``: rotate queries and keys. ``fused_qkv``: declare ``hook_qkv`` (GPT's one projection to q, k and v,
+    hooked by the subclass). ``declare_rot``: declare ``hook_rot_q`` and ``hook_rot_k`` (GPT has them whatever
+    its positions; the encoder-decoder model only where it rotates).
+    """
+
+    def __init__(self, config: ModelConfig, prefix: str, *, rope: bool, fused_qkv: bool, declare_rot: bool):
+        super().__init__()
+        self.n_head, self.d_head = config.n_head, config.d_head
+        self.d_attn = config.d_attn
+        self.rope = rope
+        self.dropout = config.dropout
+        if fused_qkv:
+            self.hook_qkv = HookPoint(prefix + "hook_qkv")  # (B, T, 3*nh*hs)
+        self.hook_q = HookPoint(prefix + "hook_q")  # (B, T, nh, hs)
+        self.hook_k = HookPoint(prefix + "hook_k")  # (B, S, nh, hs)
+        self.hook_v = HookPoint(prefix + "hook_v")  # (B, S, nh, hs)
+        if declare_rot:
+            self.hook_rot_q = HookPoint(prefix + "hook_rot_q")  # (B, T, nh, hs)
+            self.hook_rot_k = HookPoint(prefix + "hook_rot_k")  # (B, S, nh, hs)
+        self.hook_scores_raw = HookPoint(prefix + "hook_scores_raw")  # (B, nh, T, S)
+        self.hook_scores_scaled = HookPoint(prefix + "hook_scores_scaled")  # (B, nh, T, S)
+        self.hook_attn_scores = HookPoint(prefix + "hook_attn_scores")  # (B, nh, T, S)
+        self.hook_pattern = HookPoint(prefix + "hook_pattern")  # (B, nh, T, S)
+        self.hook_z = HookPoint(prefix + "hook_z")  # (B, T, nh, hs)
+
+    def attend(self, q, k, v, mask, rope_cs, rec: Recorder = None, train: bool = False):
+        """q: (B, T, nh*hs); k, v: (B, S, nh*hs)  ->  z: (B, T, nh, hs).
+
+        mask = (allowed, dead): allowed (1|B, 1, 1|T, S), the keys each query may see; dead, the query rows
+        that may see none, or None."""
+        allowed, dead = mask
+        B, T, S = q.shape[0], q.shape[1], k.shape[1]
+        nh, hs = self.n_head, self.d_head
+        q = self.hook_q(q.view(B, T, nh, hs), rec)  # (B, T, nh, hs)
+        k = self.hook_k(k.view(B, S, nh, hs), rec)  # (B, S, nh, hs)
+        v = self.hook_v(v.view(B, S, nh, hs), rec)  # (B, S, nh, hs)
+        if self.rope:
+            cos, sin = rope_cs
+            q = self.hook_rot_q(apply_rope(q, cos, sin), rec)  # (B, T, nh, hs)
+            k = self.hook_rot_k(apply_rope(k, cos, sin), rec)  # (B, S, nh, hs)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T|S, hs)
+        att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, S)
+        att = self.hook_scores_scaled(att / math.sqrt(hs), rec)  # (B, nh, T, S)
+        att = self.hook_attn_scores(att.masked_fill(~allowed, float("-inf")), rec)  # (B, nh, T, S)
+        if dead is None:
+            att = F.softmax(att, dim=-1)
+        else:  # a row with every key masked would be 0/0: give it all zeros instead of NaN
+            att = F.softmax(att.masked_fill(dead, 0.0), dim=-1).masked_fill(~allowed, 0.0)
+        att = self.hook_pattern(att, rec)  # (B, nh, T, S)
+        if train and self.dropout > 0:
+            att = F.dropout(att, self.dropout, training=True)
+        return self.hook_z((att @ v).transpose(1, 2), rec)  # (B, T, nh, hs)
+
+
+class MLP(nn.Module):
+    """The feed-forward sublayer: C -> d_mlp, the activation, d_mlp -> C; hooked before and after the activation."""
+
+    def __init__(self, config: ModelConfig, layer: int, prefix: Optional[str] = None):
+        super().__init__()
+        p = prefix or f"blocks.{layer}.mlp"
+        self.activation = config.activation
+        self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        self.hook_pre = HookPoint(f"{p}.hook_pre")  # (B, T, d_mlp)
+        self.hook_post = HookPoint(f"{p}.hook_post")  # (B, T, d_mlp)
+
+    def forward(self, x, rec: Recorder = None):
+        h = self.hook_pre(self.c_fc(x), rec)  # (B, T, d_mlp)
+        if self.activation == "gelu":
+            h = F.gelu(h)
+        elif self.activation == "gelu_tanh":
+            h = F.gelu(h, approximate="tanh")
+        elif self.activation == "tanh":
+            h = torch.tanh(h)
+        else:
+            h = F.relu(h)
+        h = self.hook_post(h, rec)  # (B, T, d_mlp)
+        return self.c_proj(h)  # (B, T, C)
+
+
+def sublayer(block, x, f, norm, hook_out, hook_resid, rec: Recorder = None, train: bool = False):
+    """One sublayer ``f`` (attention or MLP) of ``block`` with its residual connection and norm, hooked as
+    ``hook_out`` (f's output, after dropout) and ``hook_resid`` (the stream after the add).
+
+    Pre-norm (GPT-2): ``x + f(norm(x))``. Post-norm (the 2017 Transformer): ``norm(x + f(x))``. ``block`` gives
+    ``pre_norm`` and ``dropout``."""
+    p = block.dropout
+    h = norm(x, rec) if block.pre_norm else x
+    out = f(h)
+    if train and p > 0:
+        out = F.dropout(out, p, training=True)
+    out = hook_out(out, rec)  # (B, T, C)
+    return hook_resid(x + out, rec) if block.pre_norm else hook_resid(norm(x + out, rec), rec)  # (B, T, C)
