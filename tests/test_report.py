@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch.nn.functional as F
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz import trace
+from gptviz import GPT, describe, encode_batch, get_tokenizer, preset, trace
 from gptviz.present import report as rep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,13 +105,14 @@ def test_one_figure_per_step(written, independent):
     divs = re.findall(r'<div class="figure" id="fig-(\d+)"></div>', page)
     assert calls == divs == [str(i) for i in range(len(expected))]
     # each figure sits in its step's section, in the trace's order, with its title, formula and sentence
-    sections = re.findall(r'<section class="step" id="step-(\d+)"><h3>\d+\. (.*?)</h3><p class="meta"><code>(.*?)</code>',
+    sections = re.findall(r'<section class="step" id="step-(\d+)"><h3>\d+\. (.*?)</h3>'
+                          r'<p class="meta"><code>(.*?)</code>',
                           page)
     assert [s[2] for s in sections] == expected
     import html as _html
 
     for name in expected:
-        info = tr.info(name)
+        info = describe(name, tr.config)
         assert _html.escape(info.formula, quote=True) in page
         assert _html.escape(info.explanation, quote=True) in page
     assert f"L{LAYER} attention weights · head {HEAD}" in page
@@ -222,7 +222,8 @@ def test_the_app_offers_the_report_as_a_download():
         from gptviz.ui import resources
         from gptviz.ui.sections import get
 
-        ctx, _ = page_context.resolve(page_context.pinned(page_context.defaults(), preset="default", layer=1, head=0), resources)
+        ctx, _ = page_context.resolve(page_context.pinned(page_context.defaults(), preset="default", layer=1, head=0),
+                                      resources)
         get("report.download")(ctx, key="rep")
 
     at = AppTest.from_function(app, default_timeout=120).run()

@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, ModelConfig, load_checkpoint, preset
-from gptviz import trace
+from gptviz import GPT, ModelConfig, describe, load_checkpoint, preset, trace
+from gptviz.model.build import build_model
 from gptviz.model.checkpoint import checkpoint_bytes, save_checkpoint
-from gptviz.model.encoder_decoder import Seq2Seq, alignment, build_model, material_recipe, train_reverse
-from gptviz.present.descriptions import describe
+from gptviz.model.encoder_decoder import Seq2Seq
+from gptviz.training.reversal import alignment, material_recipe, train_reverse
 from gptviz.training.tasks import ReverseTask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,8 @@ def test_preset_parameter_table_is_the_materials_printout():
     expected.update({"lm_head.weight": (12, 32), "lm_head.bias": (12,)})
     assert {r["name"]: r["shape"] for r in rows} == expected
     assert len(rows) == len(expected) == 21
-    by_hand = 12 * 32 + 4 * (32 * 32) + 4 * (32 * 32) + (32 * 128 + 128) + (128 * 32 + 32) + 3 * (32 + 32) + (32 * 12 + 12)
+    by_hand = (12 * 32 + 4 * (32 * 32) + 4 * (32 * 32) + (32 * 128 + 128) + (128 * 32 + 32) + 3 * (32 + 32)
+               + (32 * 12 + 12))
     assert by_hand == 17_516
     assert sum(r["count"] for r in rows) == m.num_params() == cfg.num_params() == by_hand
     # the table reads in the printout's order: embedding, self-attention, cross-attention, feed-forward, norms, output
@@ -207,8 +208,10 @@ def test_the_materials_post_norm_decoder_layer_by_hand():
         return F.layer_norm(x, (32,), w[f"transformer.h.0.{p}.weight"], w[f"transformer.h.0.{p}.bias"], 1e-5)
     b = "blocks.0."
     torch.testing.assert_close(tr[b + "hook_resid_mid"], ln(tr[b + "hook_resid_pre"] + tr[b + "hook_attn_out"], "ln_1"))
-    torch.testing.assert_close(tr[b + "hook_resid_cross"], ln(tr[b + "hook_resid_mid"] + tr[b + "hook_cross_out"], "ln_cross"))
-    torch.testing.assert_close(tr[b + "hook_resid_post"], ln(tr[b + "hook_resid_cross"] + tr[b + "hook_mlp_out"], "ln_2"))
+    torch.testing.assert_close(tr[b + "hook_resid_cross"],
+                               ln(tr[b + "hook_resid_mid"] + tr[b + "hook_cross_out"], "ln_cross"))
+    torch.testing.assert_close(tr[b + "hook_resid_post"],
+                               ln(tr[b + "hook_resid_cross"] + tr[b + "hook_mlp_out"], "ln_2"))
     assert torch.equal(tr.logits, F.linear(tr[b + "hook_resid_post"], w["lm_head.weight"], w["lm_head.bias"]))
 
 
@@ -283,8 +286,8 @@ def test_causality_on_the_decoder_side_only():
 # --------------------------------------------------------------------------- the trace
 def expected_names(c: ModelConfig, targets: bool) -> list[str]:
     """Written independently of the model: the hook names in computation order."""
-    norm = lambda p: [f"{p}.hook_scale", f"{p}.hook_normalized", f"{p}.hook_out"]  # noqa: E731
-    attn = lambda p: [p + f"hook_{n}" for n in ("q", "k", "v", "scores_raw", "scores_scaled", "attn_scores",  # noqa: E731
+    norm = lambda p: [f"{p}.hook_scale", f"{p}.hook_normalized", f"{p}.hook_out"]
+    attn = lambda p: [p + f"hook_{n}" for n in ("q", "k", "v", "scores_raw", "scores_scaled", "attn_scores",
                                                 "pattern", "z")]
     pre = c.norm_placement == "pre"
     names = []
@@ -295,10 +298,12 @@ def expected_names(c: ModelConfig, targets: bool) -> list[str]:
             names.append(b + "hook_resid_pre")
             if pre:
                 names += norm(b + "ln1") + attn(b + "attn.") + [b + "hook_attn_out", b + "hook_resid_mid"]
-                names += norm(b + "ln2") + [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out", b + "hook_resid_post"]
+                names += norm(b + "ln2") + [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out",
+                                            b + "hook_resid_post"]
             else:
                 names += attn(b + "attn.") + [b + "hook_attn_out"] + norm(b + "ln1") + [b + "hook_resid_mid"]
-                names += [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out"] + norm(b + "ln2") + [b + "hook_resid_post"]
+                names += ([b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out"] + norm(b + "ln2")
+                          + [b + "hook_resid_post"])
         if pre:
             names += norm("enc_ln_final")
     names += ["hook_enc_out", "hook_embed"] + (["hook_pos_embed"] if c.pos_encoding == "learned" else [])
@@ -308,11 +313,13 @@ def expected_names(c: ModelConfig, targets: bool) -> list[str]:
         if pre:
             names += norm(b + "ln1") + attn(b + "attn.") + [b + "hook_attn_out", b + "hook_resid_mid"]
             names += norm(b + "ln_cross") + attn(b + "cross_attn.") + [b + "hook_cross_out", b + "hook_resid_cross"]
-            names += norm(b + "ln2") + [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out", b + "hook_resid_post"]
+            names += norm(b + "ln2") + [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out",
+                                        b + "hook_resid_post"]
         else:
             names += attn(b + "attn.") + [b + "hook_attn_out"] + norm(b + "ln1") + [b + "hook_resid_mid"]
             names += attn(b + "cross_attn.") + [b + "hook_cross_out"] + norm(b + "ln_cross") + [b + "hook_resid_cross"]
-            names += [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out"] + norm(b + "ln2") + [b + "hook_resid_post"]
+            names += ([b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out"] + norm(b + "ln2")
+                      + [b + "hook_resid_post"])
     if pre:
         names += norm("ln_final")
     names.append("hook_logits")
@@ -327,7 +334,8 @@ def expected_shape(name: str, c: ModelConfig, B: int, T: int, S: int) -> tuple:
     P = S if enc else T
     if ".cross_attn." in name:
         return {"hook_q": (B, T, c.n_head, c.d_head), "hook_z": (B, T, c.n_head, c.d_head),
-                "hook_k": (B, S, c.n_head, c.d_head), "hook_v": (B, S, c.n_head, c.d_head)}.get(leaf, (B, c.n_head, T, S))
+                "hook_k": (B, S, c.n_head, c.d_head),
+                "hook_v": (B, S, c.n_head, c.d_head)}.get(leaf, (B, c.n_head, T, S))
     if leaf in ("hook_q", "hook_k", "hook_v", "hook_z"):
         return (B, P, c.n_head, c.d_head)
     if leaf in ("hook_scores_raw", "hook_scores_scaled", "hook_attn_scores", "hook_pattern"):
@@ -357,28 +365,29 @@ def test_trace_names_shapes_axes_and_descriptions(cfg):
     tr = trace(m, idx, targets=y, **src)
     assert list(tr) == expected_names(cfg, targets=True)
     assert list(trace(m, idx, **src)) == expected_names(cfg, targets=False)
-    assert set(m.hook_names()) - ({"hook_pos_embed", "hook_enc_pos_embed"} if cfg.pos_encoding != "learned" else set()) \
+    assert set(m.hook_names()) - ({"hook_pos_embed", "hook_enc_pos_embed"} if cfg.pos_encoding != "learned"
+                                  else set()) \
         - ({"hook_enc_embed", "hook_enc_pos_embed"} if cfg.n_enc_layer == 0 else set()) == set(trace(m, idx, **src))
     for name in tr:
         assert tr.shape(name) == expected_shape(name, cfg, B, T, S), name
-        info = tr.info(name)
-        assert len(info.axes) == len(tr.shape(name)), name
+        info = describe(name, cfg)
+        assert info.axes == tr.info(name).axes and len(info.axes) == len(tr.shape(name)), name
         assert info.formula and info.explanation.endswith(".") and info.code, name
         assert info.stack == ("encoder" if name.startswith(("enc_", "hook_enc_")) else "decoder"), name
     for part in ("scores_raw", "scores_scaled", "attn_scores", "pattern"):
-        info = tr.info(f"blocks.0.cross_attn.hook_{part}")
+        info = describe(f"blocks.0.cross_attn.hook_{part}", cfg)
         assert info.axes == ("batch", "head", "query_pos", "enc_pos") and info.stage == "cross_attention"
-    assert tr.info("blocks.0.cross_attn.hook_k").axes == ("batch", "enc_pos", "head", "d_head")
-    assert tr.info("blocks.0.cross_attn.hook_pattern").probability
-    assert tr.info("blocks.0.cross_attn.hook_attn_scores").masked
-    assert tr.info("hook_enc_out").axes == ("batch", "enc_pos", "d_model")
-    assert "No causal mask" in tr.info("blocks.0.cross_attn.hook_attn_scores").explanation
-    assert "x_{\\mathrm{cross}}" in tr.info("blocks.0.mlp.hook_pre").formula
+    assert describe("blocks.0.cross_attn.hook_k", cfg).axes == ("batch", "enc_pos", "head", "d_head")
+    assert describe("blocks.0.cross_attn.hook_pattern", cfg).probability
+    assert describe("blocks.0.cross_attn.hook_attn_scores", cfg).masked
+    assert describe("hook_enc_out", cfg).axes == ("batch", "enc_pos", "d_model")
+    assert "No causal mask" in describe("blocks.0.cross_attn.hook_attn_scores", cfg).explanation
+    assert "x_{\\mathrm{cross}}" in describe("blocks.0.mlp.hook_pre", cfg).formula
     if cfg.n_enc_layer > 0:
-        e = tr.info("enc_blocks.0.attn.hook_pattern")
+        e = describe("enc_blocks.0.attn.hook_pattern", cfg)
         assert e.layer == 0 and e.title.startswith("enc L0") and e.axes == ("batch", "head", "query_pos", "key_pos")
-        assert "no causal mask" in tr.info("enc_blocks.0.attn.hook_attn_scores").explanation
-        assert tr.info("enc_blocks.0.hook_resid_pre").axes == ("batch", "enc_pos", "d_model")
+        assert "no causal mask" in describe("enc_blocks.0.attn.hook_attn_scores", cfg).explanation
+        assert describe("enc_blocks.0.hook_resid_pre", cfg).axes == ("batch", "enc_pos", "d_model")
     assert torch.equal(tr.logits, m(idx, **src)[0])  # recording changes nothing
     n = tr.numpy()
     assert n.source.keys() == tr.source.keys() and n["blocks.0.cross_attn.hook_pattern"].shape == tr.shape(

@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import CONFIGS, random_ids
-from gptviz import GPT, ModelConfig
-from gptviz import trace
-from gptviz.model.gpt import apply_rope, rope_angles, sinusoidal_table
+
+from gptviz import GPT, ModelConfig, describe, trace
+from gptviz.model.layers import apply_rope, rope_angles, sinusoidal_table
 
 
 def expected_names(c: ModelConfig, targets: bool) -> list[str]:
@@ -17,7 +16,7 @@ def expected_names(c: ModelConfig, targets: bool) -> list[str]:
     names = ["hook_embed"]
     if c.pos_encoding in ("learned", "sinusoidal"):
         names.append("hook_pos_embed")
-    norm = lambda p: [f"{p}.hook_scale", f"{p}.hook_normalized", f"{p}.hook_out"]  # noqa: E731
+    norm = lambda p: [f"{p}.hook_scale", f"{p}.hook_normalized", f"{p}.hook_out"]
     for l in range(c.n_layer):
         b = f"blocks.{l}."
         attn = [b + "attn.hook_qkv", b + "attn.hook_q", b + "attn.hook_k", b + "attn.hook_v"]
@@ -67,9 +66,10 @@ def test_names_shapes_and_order(cfg, model):
     assert list(tr) == expected_names(cfg, targets=True)
     for name in tr:
         assert tr.shape(name) == expected_shape(name, cfg, 2, 5), name
-        info = tr.info(name)
-        assert len(info.axes) == len(tr.shape(name)), name
-        assert info.formula and info.explanation.endswith(".") and info.code, name
+        assert len(tr.info(name).axes) == len(tr.shape(name)), name
+        words = describe(name, cfg)
+        assert words.axes == tr.info(name).axes and words.kind == tr.info(name).kind, name
+        assert words.formula and words.explanation.endswith(".") and words.code, name
     assert list(trace(model, idx)) == expected_names(cfg, targets=False)
 
 
@@ -87,7 +87,8 @@ def test_recording_changes_nothing(cfg, model):
 
 
 def test_value_kinds():
-    tr = trace(GPT(CONFIGS["gpt2-like"]), random_ids(CONFIGS["gpt2-like"]), targets=random_ids(CONFIGS["gpt2-like"], seed=2))
+    tr = trace(GPT(CONFIGS["gpt2-like"]), random_ids(CONFIGS["gpt2-like"]),
+               targets=random_ids(CONFIGS["gpt2-like"], seed=2))
     assert tr.info("blocks.0.attn.hook_pattern").probability
     assert tr.info("hook_probs").probability
     assert tr.info("blocks.0.attn.hook_attn_scores").masked
@@ -199,12 +200,14 @@ def test_norms_equal_torch_and_formula(cfg, model):
     ln = model.transformer.h[0].ln_1
     if cfg.norm == "layernorm":
         ref = F.layer_norm(x, (cfg.n_embd,), ln.weight, ln.bias, eps=cfg.ln_eps)
-        assert torch.allclose(tr["blocks.0.ln1.hook_scale"], torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + cfg.ln_eps))
+        assert torch.allclose(tr["blocks.0.ln1.hook_scale"],
+                              torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + cfg.ln_eps))
     else:
         rms = torch.sqrt((x ** 2).mean(-1, keepdim=True) + cfg.ln_eps)
         ref = x / rms * ln.weight + (ln.bias if ln.bias is not None else 0)
         assert torch.allclose(tr["blocks.0.ln1.hook_scale"], rms)
-        assert torch.allclose(ref, F.rms_norm(x, (cfg.n_embd,), ln.weight, eps=cfg.ln_eps) + (ln.bias if ln.bias is not None else 0), atol=1e-6)
+        assert torch.allclose(ref, F.rms_norm(x, (cfg.n_embd,), ln.weight, eps=cfg.ln_eps)
+                              + (ln.bias if ln.bias is not None else 0), atol=1e-6)
     assert torch.allclose(tr["blocks.0.ln1.hook_out"], ref, atol=1e-6)
 
 
@@ -250,7 +253,7 @@ def test_rope_against_its_formula():
     q = torch.randn(d, generator=torch.Generator().manual_seed(1))
     k = torch.randn(d, generator=torch.Generator().manual_seed(2))
     ang = rope_angles(8, d)
-    rot = lambda v, t: apply_rope(v.expand(1, 8, 1, d), ang.cos(), ang.sin())[0, t, 0]  # noqa: E731
+    rot = lambda v, t: apply_rope(v.expand(1, 8, 1, d), ang.cos(), ang.sin())[0, t, 0]
     assert (rot(q, 5) @ rot(k, 3)).item() == pytest.approx((rot(q, 3) @ rot(k, 1)).item(), abs=1e-5)
 
 
@@ -494,7 +497,8 @@ def test_parameter_gradient_norms_survive_dropping_the_gradients():
     idx = random_ids(c)
     tr = trace(m, idx, targets=idx, grads=True).numpy()
     norms = tr.param_grad_norms()
-    assert norms["transformer.wte.weight"] == pytest.approx(float(np.linalg.norm(tr.param_grads["transformer.wte.weight"])), rel=1e-5)
+    assert (norms["transformer.wte.weight"]
+            == pytest.approx(float(np.linalg.norm(tr.param_grads["transformer.wte.weight"])), rel=1e-5))
     slim = tr.without_param_grads()
     assert slim.param_grads is None and slim.param_grad_norms() == norms
     import pickle

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .descriptions import MASKED, StepInfo
+from ..run.step_meta import MASKED, StepMeta
 
 MAX_COLS = 256  # a heatmap wider than this is paged
 TOPK_DEFAULT = 12
@@ -43,9 +43,17 @@ def enc_labels(n: int) -> list[str]:
     return [f"enc {i}" for i in range(n)]
 
 
+def _column_title(info) -> str:
+    """The one column's label of a (pos,) step: its title without the layer, or its hook name's words."""
+    title = getattr(info, "title", "")
+    if not title:
+        return info.name.rsplit("hook_", 1)[-1].replace("_", " ")
+    return title.split(" ", 1)[-1] if info.layer is not None else title
+
+
 def step_matrix(
     value: np.ndarray,
-    info: StepInfo,
+    info: StepMeta,
     tokens: Sequence[str],
     batch: int = 0,
     head: Optional[int] = None,
@@ -116,7 +124,7 @@ def step_matrix(
     v = v[:T]
     if len(axes) == 1:  # (pos,)
         v = v[:, None].astype(float)
-        cols = [info.title.split(" ", 1)[-1] if info.layer is not None else info.title]
+        cols = [_column_title(info)]
         return Matrix(v, rows, cols, row_title, "", kind, None, "", token_hover(rows), cols)
     if len(axes) == 3:  # (pos, head, d_head)
         nh, hs = v.shape[1], v.shape[2]

@@ -21,14 +21,15 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..run import edits as edit_specs
-from . import figures, page_context, matrices
 from ..config import PRESETS, ModelConfig
-from ..text.batches import encode_batch
+from ..model.build import build_model
+from ..run import edits as edit_specs
 from ..run.loss import mean_over, uniform_loss
-from ..model.encoder_decoder import build_model
-from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 from ..run.trace import Trace
+from ..text.batches import encode_batch
+from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
+from . import figures, matrices, page_context
+from .descriptions import step_info
 
 CHECKPOINTS = page_context.CHECKPOINTS
 FULL_VOCAB_LIMIT = 96  # as the Logits page: a bigger vocabulary shows its top-k columns plus the targets
@@ -66,7 +67,8 @@ class Store:
         if key not in self._registered:
             path = CHECKPOINTS / f"{name}.safetensors"
             if "/" in name or "\\" in name or not path.is_file():
-                raise ValueError(f"there is no shipped checkpoint {name!r} (choose one of {', '.join(shipped_names())})")
+                raise ValueError(f"there is no shipped checkpoint {name!r} "
+                                 f"(choose one of {', '.join(shipped_names())})")
             ck = load_checkpoint(path)
             ck.model.eval()
             self._registered[key] = Entry(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", dict(ck.meta))
@@ -127,7 +129,7 @@ def report_steps(tr: Trace, layer: int) -> list[str]:
     """The steps the report draws, in the order the forward pass computed them: every step of ``layer``
     and every step outside the layers (embeddings, final norm, logits, probabilities, loss per token). The
     scalar loss has the loss section instead of a figure."""
-    return [n for n in tr if n != "hook_loss" and tr.info(n).layer in (None, layer)]
+    return [n for n in tr if n != "hook_loss" and step_info(tr, n).layer in (None, layer)]
 
 
 def _source_side(ctx, tr: Trace) -> tuple[Optional[list[str]], Optional[np.ndarray]]:
@@ -143,7 +145,7 @@ def _source_side(ctx, tr: Trace) -> tuple[Optional[list[str]], Optional[np.ndarr
 
 def step_figure(ctx, tr: Trace, name: str):
     """The heatmap of one step for the context's batch row, layer and head, as the app draws it."""
-    info = tr.info(name)
+    info = step_info(tr, name)
     b, T = ctx.b, ctx.n_pos
     head = ctx.head
     title = info.title
@@ -269,7 +271,7 @@ def _loss_section(ctx, tr: Trace) -> str:
                '−log of that probability (the loss at that position) and the model\'s own most likely guess.</p>')
     out.append(_table(["row", "pos", "token", "true next", "p(target)", "−log p", "model's top guess"], table,
                       "per-token").replace("<table ", '<table id="loss-per-token" ', 1))
-    info = tr.info("hook_loss")
+    info = step_info(tr, "hook_loss")
     out.append(f'<p>{_e(info.explanation)}</p><pre class="formula">{_e(info.formula)}</pre>'
                f'<pre class="code">{_e(info.code)}</pre>')
     return "\n".join(out)
@@ -279,7 +281,8 @@ CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#1a1a1a;line-height:1.45}
 h1{margin-bottom:.2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em} th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em} \
+th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums} thead th{background:#f4f4f4}
 pre{background:#f6f8fa;padding:.6em .8em;overflow-x:auto;border-radius:4px;white-space:pre-wrap}
 pre.formula{border-left:4px solid #4a7dbd} .meta{color:#555;font-size:.9em} .notice{background:#fff7e0;
@@ -339,9 +342,10 @@ def report_html(ctx, *, notices: Sequence[Any] = (), trace: Optional[Trace] = No
         "computes them: the embeddings, every step of this layer, the final norm, the logits, the probabilities and "
         "the loss at each position. Each has its heatmap, what it means, its formula (LaTeX source) and the line of "
         "PyTorch that makes it.</p><ol class=\"toc\">"
-        + "".join(f"<li><a href=\"#step-{i}\">{_e(tr.info(n).title)}</a></li>" for i, n in enumerate(names)) + "</ol>")
+        + "".join(f"<li><a href=\"#step-{i}\">{_e(step_info(tr, n).title)}</a></li>" for i, n in enumerate(names))
+        + "</ol>")
     for i, name in enumerate(names):
-        info = tr.info(name)
+        info = step_info(tr, name)
         fig, m = step_figure(ctx, tr, name)
         shape = " × ".join(f"{a} = {s}" for a, s in zip(info.axes, tr.shape(name))) or "a single number"
         add(f"<section class=\"step\" id=\"step-{i}\"><h3>{i + 1}. {_e(info.title)}</h3>"
@@ -372,7 +376,8 @@ def preset_choices() -> list[str]:
 def _preset(name: Optional[str]) -> str:
     if name is None:
         return page_context.default_preset()
-    if name in PRESETS or (name.startswith(page_context.CKPT_PREFIX) and name[len(page_context.CKPT_PREFIX):] in shipped_names()):
+    if name in PRESETS or (name.startswith(page_context.CKPT_PREFIX)
+                           and name[len(page_context.CKPT_PREFIX):] in shipped_names()):
         return name
     if name in shipped_names():  # "shakespeare" for "checkpoint: shakespeare"
         return page_context.CKPT_PREFIX + name

@@ -23,12 +23,12 @@ def loss_breakdown(logits: torch.Tensor, targets: torch.Tensor, ignore_index: in
     if bool(bad.any()):
         raise ValueError(f"target id {int(targets[bad][0])} is outside the vocabulary (vocab_size={V})")
     safe = torch.where(valid, targets, torch.zeros_like(targets))
-    probs = F.softmax(logits, dim=-1)
+    probs = F.softmax(logits, dim=-1)  # (B, T, V)
     log_all = F.log_softmax(logits, dim=-1)
-    log_probs = log_all.gather(-1, safe[..., None])[..., 0].masked_fill(~valid, 0.0)  # (...)
-    loss_per_token = -log_probs
+    log_probs = log_all.gather(-1, safe[..., None])[..., 0].masked_fill(~valid, 0.0)  # (B, T)
+    loss_per_token = -log_probs  # (B, T)
     n = valid.sum()
-    loss = loss_per_token.sum() / n  # nan when nothing has a target, as F.cross_entropy
+    loss = loss_per_token.sum() / n  # (), nan when nothing has a target, as F.cross_entropy
     return {
         "probs": probs,
         "target_probs": log_probs.exp(),

@@ -6,17 +6,16 @@ shared model at the same time.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional, Union
-
-import warnings
 
 import numpy as np
 import torch
 
-from .loss import loss_breakdown
 from ..model.gpt import GPT
-from ..present.descriptions import StepInfo, describe
+from .loss import loss_breakdown
+from .step_meta import StepMeta, step_meta
 
 # Traces served from a cache are read-only (Trace.freeze); reading one through torch.from_numpy is fine and
 # nothing here writes to it, so torch's warning about non-writable arrays would only be noise.
@@ -95,11 +94,11 @@ class Trace(Mapping):
         return f"Trace({len(self)} steps, idx shape {tuple(self.idx.shape)})"
 
     # Metadata
-    def info(self, name: str) -> StepInfo:
+    def info(self, name: str) -> StepMeta:
         return self._infos[name]
 
     @property
-    def steps(self) -> list[StepInfo]:
+    def steps(self) -> list[StepMeta]:
         return [self._infos[n] for n in self._acts]
 
     def grad(self, name: str):
@@ -128,7 +127,8 @@ class Trace(Mapping):
 
     def names(self, layer: Optional[int] = None, stage: Optional[str] = None) -> list[str]:
         return [n for n in self._acts
-                if (layer is None or self._infos[n].layer == layer) and (stage is None or self._infos[n].stage == stage)]
+                if (layer is None or self._infos[n].layer == layer)
+                and (stage is None or self._infos[n].stage == stage)]
 
     @property
     def logits(self):
@@ -263,7 +263,7 @@ def trace(
             param_grads, param_norms = None, {n: norms[n] for n in order}
         acts = {n: t.detach() for n, t in acts.items()}
         breakdown = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in breakdown.items()}
-    infos = {n: describe(n, cfg) for n in acts}
+    infos = {n: step_meta(n, cfg) for n in acts}
     out = Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown, source)
     if grads and weight_grads == "norms":
         out._param_grad_norms = param_norms

@@ -3,7 +3,6 @@ encoder-position grid), on the shipped reverser and on the teaching material's d
 reversal task and the material's own training loop."""
 import numpy as np
 import torch
-
 from apphelp import array, chart, charts, messages, ok, page, titles
 
 from gptviz.model.checkpoint import load_checkpoint
@@ -41,7 +40,8 @@ def test_reverse_checkpoint_cross_attention_is_t_by_s_and_anti_diagonal():
     at = ok(radio.set_value(radio.options[3]).run())  # K from the encoder output: one row per source letter
     k = chart(at, "L0 cross K per head")
     assert list(k["layout"]["yaxis"]["ticktext"]) == list("fbdacbeg")
-    assert any("k_proj(enc)" in x.value for x in at.code) and at.latex
+    # the code shown is the model's own: the encoder output goes in as cross-attention's kv, and K = k_proj(kv)
+    assert any("self.cross_attn(h, enc" in x.value and "self.k_proj(kv)" in x.value for x in at.code) and at.latex
 
 
 def test_a_new_source_sets_the_decoder_text_and_pads_shorter_lines():

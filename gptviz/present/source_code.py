@@ -1,0 +1,166 @@
+"""The lines of gptviz's own source that compute each recorded step: the code shown to students, so it cannot drift.
+
+Each step names the function that computes it and an anchor: the hook point the tensor passes through
+(``self.hook_pattern``), or for the loss steps the variable ``loss_breakdown`` assigns. The statement holding the
+anchor is shown as it stands in the source, shape comment included, with the few statements before it that
+compute its input (``context``). Nothing here is written by hand, so a change to the model changes what is shown.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from functools import lru_cache
+from typing import Callable, Optional
+
+from ..config import ModelConfig
+from ..model import encoder_decoder, gpt, layers
+from ..run import loss
+from ..run.step_meta import split_name
+
+# rest of the hook name (without "blocks.{l}.") -> (function, anchor, statements of context before it)
+_NORM = {"hook_scale": 1, "hook_normalized": 0, "hook_out": 2}
+_ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_rot_q": 0, "hook_rot_k": 0, "hook_scores_raw": 1,
+           "hook_scores_scaled": 0, "hook_attn_scores": 0, "hook_pattern": 1, "hook_z": 0}
+
+
+def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
+    block = encoder_decoder.DecoderBlock.forward if seq2seq else gpt.Block.forward
+    top = encoder_decoder.Seq2Seq.run if seq2seq else gpt.GPT.run
+    t: dict[str, tuple[Callable, str, int]] = {
+        "hook_embed": (top, "self.hook_embed", 0 if seq2seq else 1),
+        "hook_pos_embed": (top, "self.hook_pos_embed", 1),
+        "hook_logits": (top, "self.hook_logits", 0 if seq2seq else 1),
+        "mlp.hook_pre": (layers.MLP.forward, "self.hook_pre", 0),
+        "mlp.hook_post": (layers.MLP.forward, "self.hook_post", 1),
+        "hook_probs": (loss.loss_breakdown, "probs", 0),
+        "hook_loss_per_token": (loss.loss_breakdown, "loss_per_token", 2),
+        "hook_loss": (loss.loss_breakdown, "loss", 1),
+    }
+    for leaf in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_cross_out", "hook_resid_cross",
+                 "hook_mlp_out", "hook_resid_post"):
+        t[leaf] = (block, f"self.{leaf}", 0)
+    for norm in ("ln1", "ln2", "ln_final", "ln_cross", "enc_ln_final"):
+        for leaf, context in _NORM.items():
+            t[f"{norm}.{leaf}"] = (layers.Norm.forward, f"self.{leaf}", context)
+    for attn in ("attn", "cross_attn"):
+        for leaf, context in _ATTEND.items():
+            t[f"{attn}.{leaf}"] = (layers.HeadsAttention.attend, f"self.{leaf}", context)
+    t["attn.hook_qkv"] = (gpt.CausalSelfAttention.forward, "self.hook_qkv", 0)
+    if seq2seq:
+        for leaf in ("hook_enc_embed", "hook_enc_pos_embed", "hook_enc_out"):
+            t[leaf] = (encoder_decoder.Seq2Seq.encode, f"self.{leaf}", 1 if leaf == "hook_enc_pos_embed" else 0)
+    return t
+
+
+def _encoder_table() -> dict[str, tuple[Callable, str, int]]:
+    return {leaf: (encoder_decoder.EncoderBlock.forward, f"self.{leaf}", 0)
+            for leaf in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")}
+
+
+@lru_cache(maxsize=None)
+def _statements(fn: Callable) -> tuple[str, list[list[tuple[int, int]]]]:
+    """The function's dedented source and, for every block of statements, each statement's (first, last) line."""
+    source = textwrap.dedent(inspect.getsource(fn))
+    tree = ast.parse(source)
+    blocks = []
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt) and not isinstance(node, ast.Module):
+                blocks.append([(s.lineno, s.end_lineno) for s in body])
+    return source, blocks
+
+
+def _mentions(text: str, anchor: str) -> bool:
+    if anchor.endswith("("):  # a call, as a prelude names it
+        return anchor in text
+    if anchor.startswith("self."):
+        return anchor + "(" in text or anchor + "," in text or anchor + ")" in text
+    return text.lstrip().startswith(anchor + " =")
+
+
+def _occurrences(fn: Callable, anchor: str) -> list[tuple[list[tuple[int, int]], int]]:
+    """(block, index) of every innermost statement that mentions the anchor, in source order."""
+    source, blocks = _statements(fn)
+    lines = source.splitlines()
+    found = []
+    for block in blocks:
+        for i, (a, b) in enumerate(block):
+            text = "\n".join(lines[a - 1:b])
+            if _mentions(text, anchor) and not any(  # the innermost: no inner block holds it alone
+                    blk is not block and blk[0][0] >= a and blk[-1][1] <= b and
+                    any(_mentions("\n".join(lines[x - 1:y]), anchor) for x, y in blk) for blk in blocks):
+                found.append((block, i))
+    return sorted(found, key=lambda f: f[0][f[1]][0])
+
+
+def _preludes(rest: str, seq2seq: bool) -> list[tuple[Callable, str]]:
+    """Statements from the callers that show where a head's queries, keys and values come from."""
+    if rest.split(".")[-1] not in ("hook_q", "hook_k", "hook_v"):
+        return []
+    if not seq2seq:
+        return [(gpt.CausalSelfAttention.forward, "qkv.split(")]
+    attend = (encoder_decoder.Attention.forward, "self.attend(")
+    return [(encoder_decoder.DecoderBlock.forward, "self.cross_attn("), attend] if rest.startswith("cross_attn.") \
+        else [attend]
+
+
+def _statement(fn: Callable, anchor: str) -> str:
+    """The first statement of ``fn`` that mentions ``anchor``, dedented."""
+    source, _ = _statements(fn)
+    lines = source.splitlines()
+    block, i = _occurrences(fn, anchor)[0]
+    a, b = block[i]
+    return textwrap.dedent("\n".join(lines[a - 1:b]))
+
+
+def _pick(rest: str, cfg: ModelConfig, n: int) -> int:
+    """Which of several statements with the same anchor this config runs."""
+    if n == 1:
+        return 0
+    if rest == "hook_resid_post":  # `if self.attn_only: return self.hook_resid_post(x)` comes first
+        return 0 if cfg.attn_only else n - 1
+    if rest == "hook_enc_out":  # a fixed random encoder output (n_enc_layer == 0) comes first
+        return 0 if cfg.n_enc_layer == 0 else n - 1
+    return n - 1
+
+
+def step_code(name: str, cfg: ModelConfig) -> str:
+    """The source lines that compute step ``name`` in a model of this config, or "" if none are known."""
+    layer, rest, stack = split_name(name, cfg)
+    seq2seq = cfg.n_enc_layer >= 0
+    table = _encoder_table() if stack == "encoder" and rest in _encoder_table() else _table(seq2seq)
+    if rest not in table:
+        return ""
+    fn, anchor, context = table[rest]
+    found = _occurrences(fn, anchor)
+    if not found:
+        return ""
+    block, i = found[_pick(rest, cfg, len(found))]
+    source, _ = _statements(fn)
+    lines = source.splitlines()
+    shown: list[tuple[int, int]] = []
+    j = i - 1
+    while j >= 0 and len(shown) < context:  # the statements that make the anchor's input, book-keeping left out
+        text = "\n".join(lines[block[j][0] - 1:block[j][1]])
+        if "raw" not in text and "self.hook_" not in text:
+            shown.insert(0, block[j])
+        j -= 1
+    shown.append(block[i])
+    prelude = [_statement(f, a) for f, a in _preludes(rest, seq2seq)]
+    return "\n".join(prelude + [textwrap.dedent("\n".join(lines[a - 1:b])) for a, b in shown])
+
+
+def anchor_line(name: str, cfg: ModelConfig) -> Optional[str]:
+    """The shown line that holds the step's anchor (its hook, or the loss variable), whose shape comment names the
+    recorded shape."""
+    layer, rest, stack = split_name(name, cfg)
+    table = _encoder_table() if stack == "encoder" and rest in _encoder_table() else _table(cfg.n_enc_layer >= 0)
+    if rest not in table:
+        return None
+    anchor = table[rest][1]
+    for line in step_code(name, cfg).splitlines():
+        if _mentions(line, anchor):
+            return line
+    return None

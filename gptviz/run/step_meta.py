@@ -1,0 +1,123 @@
+"""What each recorded step is, read from its hook name: its stage, layer, axes, kind of values and stack.
+
+The words for a step (title, formula, sentence, the line of code) are presentation and live in
+``gptviz.present.descriptions``; a trace needs only these facts, to slice, edit and colour its tensors.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ..config import ModelConfig
+
+# How a step's values should be coloured.
+SIGNED = "signed"  # any real number: a diverging scale centred on 0
+NONNEGATIVE = "nonnegative"  # 0 and up (a norm's divisor, a loss)
+PROBABILITY = "probability"  # 0 to 1
+MASKED = "masked"  # signed, with -inf where attention may not look
+
+BTC = ("batch", "pos", "d_model")
+BTHD = ("batch", "pos", "head", "d_head")
+BHQK = ("batch", "head", "query_pos", "key_pos")
+# encoder-decoder models: cross-attention's keys and values run over the encoder's positions
+BSHD = ("batch", "enc_pos", "head", "d_head")
+BHQS = ("batch", "head", "query_pos", "enc_pos")
+BTM = ("batch", "pos", "d_mlp")
+BTV = ("batch", "pos", "vocab")
+BT1 = ("batch", "pos", "scale")
+
+_ATTENTION = {
+    "hook_qkv": (("batch", "pos", "qkv"), SIGNED),
+    "hook_q": (BTHD, SIGNED), "hook_k": (BTHD, SIGNED), "hook_v": (BTHD, SIGNED),
+    "hook_rot_q": (BTHD, SIGNED), "hook_rot_k": (BTHD, SIGNED),
+    "hook_scores_raw": (BHQK, SIGNED), "hook_scores_scaled": (BHQK, SIGNED),
+    "hook_attn_scores": (BHQK, MASKED), "hook_pattern": (BHQK, PROBABILITY), "hook_z": (BTHD, SIGNED),
+}
+_NORM = {"hook_scale": (BT1, NONNEGATIVE), "hook_normalized": (BTC, SIGNED), "hook_out": (BTC, SIGNED)}
+# every step of a decoder-only GPT: name without "blocks.{l}." -> (stage, axes, kind)
+STEPS = {
+    "hook_embed": ("embed", BTC, SIGNED),
+    "hook_pos_embed": ("embed", BTC, SIGNED),
+    "hook_resid_pre": ("residual", BTC, SIGNED),
+    **{f"{n}.{part}": ("norm", axes, kind) for n in ("ln1", "ln2", "ln_final") for part, (axes, kind) in _NORM.items()},
+    **{f"attn.{part}": ("attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()},
+    "hook_attn_out": ("attention", BTC, SIGNED),
+    "hook_resid_mid": ("residual", BTC, SIGNED),
+    "mlp.hook_pre": ("mlp", BTM, SIGNED),
+    "mlp.hook_post": ("mlp", BTM, SIGNED),
+    "hook_mlp_out": ("mlp", BTC, SIGNED),
+    "hook_resid_post": ("residual", BTC, SIGNED),
+    "hook_logits": ("output", BTV, SIGNED),
+    "hook_probs": ("loss", BTV, PROBABILITY),
+    "hook_loss_per_token": ("loss", ("batch", "pos"), NONNEGATIVE),
+    "hook_loss": ("loss", (), NONNEGATIVE),
+}
+# the steps only an encoder-decoder model has
+SEQ2SEQ_STEPS = {
+    "hook_enc_embed": ("embed", BTC, SIGNED),
+    "hook_enc_pos_embed": ("embed", BTC, SIGNED),
+    "hook_enc_out": ("encoder", BTC, SIGNED),
+    **{f"{n}.{part}": ("norm", axes, kind) for n in ("ln_cross", "enc_ln_final")
+       for part, (axes, kind) in _NORM.items()},
+    **{f"cross_attn.{part}": ("cross_attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()
+       if part not in ("hook_qkv", "hook_rot_q", "hook_rot_k")},
+    "hook_cross_out": ("cross_attention", BTC, SIGNED),
+    "hook_resid_cross": ("residual", BTC, SIGNED),
+}
+# cross-attention's keys and values run over the encoder's positions
+_CROSS_AXES = {"cross_attn.hook_k": BSHD, "cross_attn.hook_v": BSHD, "cross_attn.hook_scores_raw": BHQS,
+               "cross_attn.hook_scores_scaled": BHQS, "cross_attn.hook_attn_scores": BHQS,
+               "cross_attn.hook_pattern": BHQS}
+
+_LAYER = re.compile(r"^blocks\.(\d+)\.(.+)$")
+_ENC_LAYER = re.compile(r"^enc_blocks\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class StepMeta:
+    name: str  # the hook name, e.g. "blocks.0.attn.hook_pattern"
+    stage: str  # embed | attention | cross_attention | mlp | residual | norm | encoder | output | loss
+    layer: Optional[int]
+    axes: tuple[str, ...]
+    kind: str  # SIGNED | NONNEGATIVE | PROBABILITY | MASKED
+    stack: str = "decoder"  # "encoder" for an encoder-decoder model's encoder steps (enc_blocks.*, hook_enc_*)
+
+    @property
+    def signed(self) -> bool:
+        return self.kind in (SIGNED, MASKED)
+
+    @property
+    def probability(self) -> bool:
+        return self.kind == PROBABILITY
+
+    @property
+    def masked(self) -> bool:
+        return self.kind == MASKED
+
+
+def split_name(name: str, cfg: ModelConfig) -> tuple[Optional[int], str, str]:
+    """``(layer, rest, stack)``: "blocks.2.attn.hook_q" -> (2, "attn.hook_q", "decoder")."""
+    stack = "decoder"
+    m = _LAYER.match(name)
+    if m is None and cfg.n_enc_layer > 0:
+        m = _ENC_LAYER.match(name)
+        stack = "encoder" if m else stack
+    layer, rest = (int(m.group(1)), m.group(2)) if m else (None, name)
+    if layer is None and (rest.startswith("hook_enc_") or rest.startswith("enc_ln_final.")):
+        stack = "encoder"
+    return layer, rest, stack
+
+
+def step_meta(name: str, cfg: ModelConfig) -> StepMeta:
+    """The facts of one hook name in a model of this config. A name the model cannot have raises ValueError."""
+    layer, rest, stack = split_name(name, cfg)
+    seq2seq = cfg.n_enc_layer >= 0
+    found = STEPS.get(rest) or (SEQ2SEQ_STEPS.get(rest) if seq2seq else None)
+    if found is None or (seq2seq and rest == "attn.hook_qkv"):
+        raise ValueError(f"{name!r} is not a step gptviz knows")
+    stage, axes, kind = found
+    axes = _CROSS_AXES.get(rest, axes)
+    if stack == "encoder":  # the encoder's steps run over source positions
+        axes = tuple("enc_pos" if a == "pos" else a for a in axes)
+    return StepMeta(name, stage, layer, axes, kind, stack)

@@ -1,0 +1,71 @@
+"""The code shown to students is gptviz's own source: every shown line stands in a source file, and the shape
+comment on the line that records a step names the shape the trace records."""
+import re
+
+import pytest
+import torch
+from conftest import CONFIGS, ROOT
+
+from gptviz import build_model, describe, preset, trace
+from gptviz.present.source_code import anchor_line
+
+SOURCES = ["gptviz/model/layers.py", "gptviz/model/gpt.py", "gptviz/model/encoder_decoder.py", "gptviz/run/loss.py"]
+SOURCE_LINES = {line.strip() for f in SOURCES for line in (ROOT / f).read_text().splitlines() if line.strip()}
+
+SEQ2SEQ = {
+    "decoder-cross-attention": preset("decoder-cross-attention"),
+    "encoder 2 layers, pre-norm, learned": preset("decoder-cross-attention").replace(
+        n_enc_layer=2, enc_len=5, norm_placement="pre", pos_encoding="learned"),
+    "encoder, attention-only, rope": preset("decoder-cross-attention").replace(
+        n_enc_layer=1, enc_len=5, attn_only=True, pos_encoding="rope"),
+}
+ALL = {**CONFIGS, "default": preset("default"), "attention-only": preset("default").replace(attn_only=True),
+       "llama-like": preset("llama-like"), **SEQ2SEQ}
+
+
+def shape_comment(line: str) -> str:
+    m = re.search(r"#\s*(\([^)]*\))", line)
+    assert m, f"no shape comment on {line!r}"
+    return m.group(1)
+
+
+def evaluate(comment: str, env: dict) -> tuple:
+    """'(B, nh, T, S)' -> (2, 3, 4, 4): each term evaluated by hand with the sizes in ``env``."""
+    inner = comment.strip()[1:-1].strip()
+    if not inner:
+        return ()
+    return tuple(int(eval(term, {"__builtins__": {}}, env)) for term in inner.split(","))
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_every_shown_line_is_in_the_source_and_every_shape_comment_is_true(name):
+    cfg = ALL[name]
+    B, T, S = 2, 4, 5
+    model = build_model(cfg)
+    idx = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+    kw = {"enc_input": torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(1))} \
+        if cfg.n_enc_layer > 0 else {}
+    tr = trace(model, idx, targets=idx, **kw)
+    enc_len = S if cfg.n_enc_layer > 0 else cfg.enc_len
+    checked = 0
+    for step in tr:
+        code = describe(step, cfg).code
+        assert code.strip(), step
+        for line in code.splitlines():
+            assert line.strip() in SOURCE_LINES, (step, line)
+        encoder = step.startswith(("enc_blocks.", "hook_enc_", "enc_ln_final."))
+        t = enc_len if encoder else T
+        s = enc_len if encoder or ".cross_attn." in step else t
+        env = {"B": B, "T": t, "S": s, "C": cfg.n_embd, "nh": cfg.n_head, "hs": cfg.d_head,
+               "V": cfg.vocab_size, "d_mlp": cfg.d_mlp}
+        assert evaluate(shape_comment(anchor_line(step, cfg)), env) == tr.shape(step), (step, anchor_line(step, cfg))
+        checked += 1
+    assert checked == len(list(tr)) > 20
+
+
+def test_a_wrong_shape_comment_or_a_line_not_in_the_source_would_be_caught():
+    assert evaluate("(B, nh, T, S)", {"B": 2, "nh": 3, "T": 4, "S": 5}) == (2, 3, 4, 5)
+    assert evaluate("(B, T, 3*nh*hs)", {"B": 2, "T": 4, "nh": 3, "hs": 2}) == (2, 4, 18)
+    assert evaluate("()", {}) == ()
+    assert "y = att @ v" not in SOURCE_LINES  # the old hand-copied line for hook_z is nowhere in the source
+    assert "x = x * self.weight + self.bias" not in SOURCE_LINES
