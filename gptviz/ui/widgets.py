@@ -8,12 +8,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ..run import edits as edit_specs
+from ..model.hook_names import act_name
 from ..present import figures
-from ..present.descriptions import StepInfo
+from ..present.descriptions import StepInfo, step_info
 from ..present.matrices import MAX_COLS, page_count, step_matrix
 from ..present.matrices import masked_cells as _masked_cells
 from ..present.page_context import Ctx
+from ..run import edits as edit_specs
 
 
 def masked(ctx: Ctx) -> Optional[np.ndarray]:
@@ -55,7 +56,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
                  grad: bool = False, height: Optional[int] = None, with_downloads: bool = True):
     """One recorded step (or its gradient) for the selected batch row, as a heatmap with a pager if wide."""
     tr = ctx.trace(grads=grad)
-    info = tr.info(name)
+    info = step_info(tr, name)
     value = tr.grad(name) if grad else tr[name]
     if value is None:
         st.info(f"{info.title}: the loss does not depend on this step, so it has no gradient.")
@@ -141,7 +142,7 @@ def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "", head: Optional[i
     """Edit one row of a step (a position's vector, or one query's attention row for a head) in a table;
     every later step is recomputed from the edited values."""
     tr = ctx.trace()
-    info = tr.info(name)
+    info = step_info(tr, name)
     value = np.asarray(tr[name])
     if info.axes[:2] == ("batch", "head"):
         index = [ctx.b, head or 0, pos]
@@ -176,7 +177,7 @@ def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "", head: Optional[i
 def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downloads: bool = True):
     """A per-head step for the selected head, or for every head at once when "all heads" is chosen."""
     tr = ctx.trace(grads=grad)
-    info = tr.info(name)
+    info = step_info(tr, name)
     if ctx.head is not None or "query_pos" not in info.axes:
         return step_heatmap(ctx, name, head=ctx.head, key=key, grad=grad, with_downloads=with_downloads)
     value = tr.grad(name) if grad else tr[name]
@@ -195,8 +196,10 @@ def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downl
     if not grad and info.kind == "masked":
         mk = np.isneginf(v[0]) if mk is None else mk
     fig = figures.tiled_heatmap(tiles, [f"heads {r * per_row}–{min(H, (r + 1) * per_row) - 1}" for r in range(rows)],
-                                [f"+{c}" for c in range(per_row)] if rows > 1 else [f"head {c}" for c in range(per_row)],
-                                kind=kind, title=("∂loss/∂ " if grad else "") + info.title + " · every head (rows: query, columns: key)",
+                                [f"+{c}" for c in range(per_row)] if rows > 1
+                                else [f"head {c}" for c in range(per_row)],
+                                kind=kind, title=("∂loss/∂ " if grad else "") + info.title
+                                                 + " · every head (rows: query, columns: key)",
                                 masked=mk)
     plot(ctx, fig, key=f"fig.{key}{name}.all{'.g' if grad else ''}")
     if with_downloads:
@@ -216,13 +219,14 @@ def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None
     uniform = uniform_loss(ctx.cfg.vocab_size)
     fmt = (lambda v: "—" if v is None or math.isnan(v) else f"{v:.{precision}f}")
     if ctx.scored_y is not None:
-        scored = mean_over(tr["hook_loss_per_token"], ctx.scored_y)
+        scored = mean_over(tr[act_name("loss_per_token")], ctx.scored_y)
         c1, c2, c3 = st.columns(3)
         c1.metric("Loss on the scored positions", fmt(scored),
                   help="The positions this model's task scores: the only ones it was trained to predict.")
         c2.metric("Loss on every position", fmt(loss),
                   help="Including positions that are random by design, which no model can predict.")
-        c3.metric("Uniform guess ln V", fmt(uniform), help=f"The loss of guessing all {ctx.cfg.vocab_size} tokens equally.")
+        c3.metric("Uniform guess ln V", fmt(uniform),
+                  help=f"The loss of guessing all {ctx.cfg.vocab_size} tokens equally.")
         st.caption(ctx.task_rule + " The all-positions loss counts those random positions too, so it can be worse "
                    "than guessing uniformly while the model does its task well.")
         return

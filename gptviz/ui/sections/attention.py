@@ -6,11 +6,15 @@ self-attention (``kind="self"``) and cross-attention to the encoder output (``ki
 decoder positions × encoder positions, with no causal mask)."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
-from ...present import figures, matrices
 from ...interp import head_detector
+from ...model.hook_names import act_name, parse_act_name
+from ...present import figures, matrices
+from ...present.descriptions import step_info
 from .. import resources, state
 from ..widgets import clear_edits_button, downloads, explain, head_step, heads_off_toggle, masked, plot, step_heatmap
 from . import section
@@ -23,65 +27,66 @@ def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]
     cross-attention (encoder-decoder models)."""
     if kind == "cross":
         return cross_attention_steps(cfg, layer)
-    a, blk = f"blocks.{layer}.attn.", f"blocks.{layer}."
     if cfg.n_enc_layer >= 0:
         return _seq2seq_self_steps(cfg, layer)
-    steps = [("1 · The norm", blk + "ln1.hook_out") if cfg.norm_placement == "pre" else
-             ("1 · The input (post-norm: attention reads the raw residual stream)", blk + "hook_resid_pre")]
-    steps += [("2 · One projection makes Q, K and V", a + "hook_qkv"),
-              ("3 · Split into heads: Q", a + "hook_q"), ("3 · Split into heads: K", a + "hook_k"),
-              ("3 · Split into heads: V", a + "hook_v")]
+    a = partial(act_name, layer=layer)  # a("q"): this layer's attention step; a("attn_out"): its block's
+    steps = [("1 · The norm", act_name("out", layer, "ln1")) if cfg.norm_placement == "pre" else
+             ("1 · The input (post-norm: attention reads the raw residual stream)", a("resid_pre"))]
+    steps += [("2 · One projection makes Q, K and V", a("qkv")),
+              ("3 · Split into heads: Q", a("q")), ("3 · Split into heads: K", a("k")),
+              ("3 · Split into heads: V", a("v"))]
     if cfg.pos_encoding == "rope":
-        steps += [("3b · Rotate Q by position (RoPE)", a + "hook_rot_q"),
-                  ("3b · Rotate K by position (RoPE)", a + "hook_rot_k")]
-    steps += [("4 · Scores: Q Kᵀ", a + "hook_scores_raw"), ("5 · Scale by 1/√d_head", a + "hook_scores_scaled"),
-              ("6 · The causal and padding mask", a + "hook_attn_scores"),
-              ("7 · Softmax: the attention weights", a + "hook_pattern"), ("8 · Weighted values: Z = A V", a + "hook_z"),
+        steps += [("3b · Rotate Q by position (RoPE)", a("rot_q")),
+                  ("3b · Rotate K by position (RoPE)", a("rot_k"))]
+    steps += [("4 · Scores: Q Kᵀ", a("scores_raw")), ("5 · Scale by 1/√d_head", a("scores_scaled")),
+              ("6 · The causal and padding mask", a("attn_scores")),
+              ("7 · Softmax: the attention weights", a("pattern")), ("8 · Weighted values: Z = A V", a("z")),
               ("9 · The heads side by side (concatenated)", "concat"),
-              ("10 · The output projection", blk + "hook_attn_out"), ("11 · The residual add", blk + "hook_resid_mid")]
+              ("10 · The output projection", a("attn_out")), ("11 · The residual add", a("resid_mid"))]
     return steps
 
 
 def _seq2seq_self_steps(cfg, layer: int) -> list[tuple[str, str]]:
-    """An encoder-decoder model's decoder self-attention: separate Q, K and V projections (no ``hook_qkv``)."""
-    a, blk = f"blocks.{layer}.attn.", f"blocks.{layer}."
+    """An encoder-decoder model's decoder self-attention: separate Q, K and V projections (no combined ``qkv``)."""
+    a = partial(act_name, layer=layer)  # a("q"): this layer's attention step; a("attn_out"): its block's
     post = cfg.norm_placement == "post"
-    steps = [("1 · The norm", blk + "ln1.hook_out") if not post else
-             ("1 · The input (post-norm: attention reads the raw residual stream)", blk + "hook_resid_pre")]
-    steps += [("2 · Three projections: Q, split into heads", a + "hook_q"),
-              ("2 · Three projections: K, split into heads", a + "hook_k"),
-              ("2 · Three projections: V, split into heads", a + "hook_v")]
+    steps = [("1 · The norm", act_name("out", layer, "ln1")) if not post else
+             ("1 · The input (post-norm: attention reads the raw residual stream)", a("resid_pre"))]
+    steps += [("2 · Three projections: Q, split into heads", a("q")),
+              ("2 · Three projections: K, split into heads", a("k")),
+              ("2 · Three projections: V, split into heads", a("v"))]
     if cfg.pos_encoding == "rope":
-        steps += [("2b · Rotate Q by position (RoPE)", a + "hook_rot_q"),
-                  ("2b · Rotate K by position (RoPE)", a + "hook_rot_k")]
-    steps += [("3 · Scores: Q Kᵀ", a + "hook_scores_raw"), ("4 · Scale by 1/√d_head", a + "hook_scores_scaled"),
-              ("5 · The causal and padding mask", a + "hook_attn_scores"),
-              ("6 · Softmax: the attention weights", a + "hook_pattern"), ("7 · Weighted values: Z = A V", a + "hook_z"),
+        steps += [("2b · Rotate Q by position (RoPE)", a("rot_q")),
+                  ("2b · Rotate K by position (RoPE)", a("rot_k"))]
+    steps += [("3 · Scores: Q Kᵀ", a("scores_raw")), ("4 · Scale by 1/√d_head", a("scores_scaled")),
+              ("5 · The causal and padding mask", a("attn_scores")),
+              ("6 · Softmax: the attention weights", a("pattern")), ("7 · Weighted values: Z = A V", a("z")),
               ("8 · The heads side by side (concatenated)", "concat"),
-              ("9 · The output projection", blk + "hook_attn_out"),
-              ("10 · The residual add" + (" and LN₁ (post-norm)" if post else ""), blk + "hook_resid_mid")]
+              ("9 · The output projection", a("attn_out")),
+              ("10 · The residual add" + (" and LN₁ (post-norm)" if post else ""), a("resid_mid"))]
     return steps
 
 
 def cross_attention_steps(cfg, layer: int) -> list[tuple[str, str]]:
     """(title, hook name) for every step of one decoder layer's cross-attention, in order."""
-    c, blk = f"blocks.{layer}.cross_attn.", f"blocks.{layer}."
+    c = partial(act_name, layer=layer, part="cross_attn")  # c("q"): this layer's cross-attention step
+    blk = partial(act_name, layer=layer)  # blk("cross_out"): the block's
     post = cfg.norm_placement == "post"
     src = "the encoder output" if cfg.n_enc_layer > 0 else "the fixed random encoder output"
-    steps = [("1 · The decoder's stream after self-attention (post-norm: read as it is)", blk + "hook_resid_mid")
-             if post else ("1 · The norm (LN cross)", blk + "ln_cross.hook_out"),
-             (f"2 · What it reads from: {src}", "hook_enc_out"),
-             ("3 · Q from the decoder, split into heads", c + "hook_q"),
-             ("3 · K from the encoder output, split into heads", c + "hook_k"),
-             ("3 · V from the encoder output, split into heads", c + "hook_v"),
-             ("4 · Scores: Q Kᵀ (decoder × encoder positions)", c + "hook_scores_raw"),
-             ("5 · Scale by 1/√d_head", c + "hook_scores_scaled"),
-             ("6 · The padding mask (no causal mask)", c + "hook_attn_scores"),
-             ("7 · Softmax over encoder positions: the cross-attention weights", c + "hook_pattern"),
-             ("8 · Weighted values: Z = A V", c + "hook_z"),
+    steps = [("1 · The decoder's stream after self-attention (post-norm: read as it is)", blk("resid_mid"))
+             if post else ("1 · The norm (LN cross)", act_name("out", layer, "ln_cross")),
+             (f"2 · What it reads from: {src}", act_name("enc_out")),
+             ("3 · Q from the decoder, split into heads", c("q")),
+             ("3 · K from the encoder output, split into heads", c("k")),
+             ("3 · V from the encoder output, split into heads", c("v")),
+             ("4 · Scores: Q Kᵀ (decoder × encoder positions)", c("scores_raw")),
+             ("5 · Scale by 1/√d_head", c("scores_scaled")),
+             ("6 · The padding mask (no causal mask)", c("attn_scores")),
+             ("7 · Softmax over encoder positions: the cross-attention weights", c("pattern")),
+             ("8 · Weighted values: Z = A V", c("z")),
              ("9 · The heads side by side (concatenated)", "cross_concat"),
-             ("10 · The output projection", blk + "hook_cross_out"),
-             ("11 · The residual add" + (" and LN cross (post-norm)" if post else ""), blk + "hook_resid_cross")]
+             ("10 · The output projection", blk("cross_out")),
+             ("11 · The residual add" + (" and LN cross (post-norm)" if post else ""), blk("resid_cross"))]
     return steps
 
 
@@ -105,7 +110,7 @@ def cross_step(ctx, name: str, *, key: str = "", head="chosen", title: str | Non
     tokens, columns encoder positions labelled by the source), its keys and values, the encoder output.
     ``head``: "chosen" (the sidebar's head; every head with "all heads"), a head, or None (every head)."""
     tr = ctx.trace()
-    info = tr.info(name)
+    info = step_info(tr, name)
     keys, pad = state.source_keys(ctx)
     per_head = "head" in info.axes
     h = (ctx.head if head == "chosen" else head) if per_head else None
@@ -120,8 +125,10 @@ def cross_step(ctx, name: str, *, key: str = "", head="chosen", title: str | Non
         rows = (H + per_row - 1) // per_row
         tiles = [[v[r * per_row + c] if r * per_row + c < H else np.full_like(v[0], np.nan) for c in range(per_row)]
                  for r in range(rows)]
-        fig = figures.tiled_heatmap(tiles, [f"heads {r * per_row}–{min(H, (r + 1) * per_row) - 1}" for r in range(rows)],
-                                    [f"+{c}" for c in range(per_row)] if rows > 1 else [f"head {c}" for c in range(per_row)],
+        fig = figures.tiled_heatmap(tiles,
+                                    [f"heads {r * per_row}–{min(H, (r + 1) * per_row) - 1}" for r in range(rows)],
+                                    [f"+{c}" for c in range(per_row)] if rows > 1
+                                    else [f"head {c}" for c in range(per_row)],
                                     kind="signed" if info.kind == "masked" else info.kind, masked=mk,
                                     title=(title or info.title) + " · every head (rows: decoder position, "
                                                                   "columns: encoder position)")
@@ -140,27 +147,27 @@ def cross_step(ctx, name: str, *, key: str = "", head="chosen", title: str | Non
 def _draw_step(ctx, title: str, name: str, key: str) -> None:
     L, tr = ctx.layer, ctx.trace()
     if name == "cross_concat":
-        cross_step(ctx, f"blocks.{L}.cross_attn.hook_z", key=key + ".concat", head=None,
+        cross_step(ctx, act_name("z", L, "cross_attn"), key=key + ".concat", head=None,
                    title=f"concat(Z₀ … Z{ctx.cfg.n_head - 1}) of cross-attention · (T × n_head·d_head)")
         st.markdown("Each cross-attention head's weighted values are laid next to each other: one row of width "
                     "n_head × d_head per decoder position.")
         st.code("y = y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, nh*hs)", language="python")
         return
     if name == "concat":
-        a = f"blocks.{L}.attn."
-        step_heatmap(ctx, a + "hook_z", head=None, key=key + ".concat",
+        step_heatmap(ctx, act_name("z", L), head=None, key=key + ".concat",
                      title=f"concat(Z₀ … Z{ctx.cfg.n_head - 1}) · (T × n_head·d_head)")
         st.markdown("Each head's weighted values are laid next to each other: one row of width n_head × d_head "
                     "per position.")
         st.code("y = y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, nh*hs)", language="python")
         return
-    if _reads_enc(tr.info(name)) or ".cross_attn." in name:
+    place = parse_act_name(name)
+    if _reads_enc(step_info(tr, name)) or place.part == "cross_attn":
         cross_step(ctx, name, key=key)
-    elif "query_pos" in tr.info(name).axes or ".attn.hook_" in name and not name.endswith("hook_qkv"):
+    elif "query_pos" in step_info(tr, name).axes or place.part == "attn" and place.step != "qkv":
         head_step(ctx, name, key=key)
     else:
         step_heatmap(ctx, name, key=key)
-    explain(tr.info(name))
+    explain(step_info(tr, name))
 
 
 @section("attention.pattern")
@@ -168,12 +175,12 @@ def pattern(ctx, *, key: str = "pat", kind: str = "self") -> None:
     """The chosen head's attention weights (every head's, with "all heads"); ``kind="cross"``: its
     cross-attention weights, decoder positions × encoder positions."""
     if kind == "cross":
-        name = f"blocks.{ctx.layer}.cross_attn.hook_pattern"
+        name = act_name("pattern", ctx.layer, "cross_attn")
         cross_step(ctx, name, key=key)
     else:
-        name = f"blocks.{ctx.layer}.attn.hook_pattern"
+        name = act_name("pattern", ctx.layer)
         head_step(ctx, name, key=key)
-    explain(ctx.trace().info(name), code=False)
+    explain(step_info(ctx.trace(), name), code=False)
 
 
 @section("attention.steps")
@@ -219,7 +226,7 @@ def heads_off(ctx, *, key: str = "att") -> None:
 @section("attention.average_vs_learned")
 def average_vs_learned(ctx, *, key: str = "avg") -> None:
     tr, L, H = ctx.trace(), ctx.layer, ctx.head or 0
-    pat = np.asarray(tr[f"blocks.{L}.attn.hook_pattern"])[ctx.b, H, : ctx.n_pos, : ctx.n_pos]
+    pat = np.asarray(tr[act_name("pattern", L)])[ctx.b, H, : ctx.n_pos, : ctx.n_pos]
     mk = masked(ctx)[: ctx.n_pos, : ctx.n_pos]
     labels = ctx.labels()
     avg = matrices.averaging_matrix(ctx.n_pos)
@@ -236,7 +243,7 @@ def all_heads(ctx, *, key: str = "overview", kind: str = "self") -> None:
     tr, cfg = ctx.trace(), ctx.cfg
     if kind == "cross":
         _, pad = state.source_keys(ctx)
-        tiles = [[np.asarray(tr[f"blocks.{l}.cross_attn.hook_pattern"])[ctx.b, h, : ctx.n_pos]
+        tiles = [[np.asarray(tr[act_name("pattern", l, "cross_attn")])[ctx.b, h, : ctx.n_pos]
                   for h in range(cfg.n_head)] for l in range(cfg.n_layer)]
         T, S = tiles[0][0].shape
         mk = None if pad is None else np.broadcast_to(pad[:S], (T, S))
@@ -246,7 +253,7 @@ def all_heads(ctx, *, key: str = "overview", kind: str = "self") -> None:
                                               "columns: encoder position)"), key=key + ".cross")
         return
     mk = masked(ctx)[: ctx.n_pos, : ctx.n_pos]
-    tiles = [[np.asarray(tr[f"blocks.{l}.attn.hook_pattern"])[ctx.b, h, : ctx.n_pos, : ctx.n_pos]
+    tiles = [[np.asarray(tr[act_name("pattern", l)])[ctx.b, h, : ctx.n_pos, : ctx.n_pos]
               for h in range(cfg.n_head)] for l in range(cfg.n_layer)]
     plot(ctx, figures.tiled_heatmap(tiles, [f"L{l}" for l in range(cfg.n_layer)], [f"H{h}" for h in range(cfg.n_head)],
                                     title="Attention weights of every head", masked=mk), key=key)
@@ -258,7 +265,7 @@ def where_it_looks(ctx, *, key: str = "where", kind: str = "cross") -> None:
     import pandas as pd
 
     tr, L, H = ctx.trace(), ctx.layer, ctx.head or 0
-    name = f"blocks.{L}.{'cross_attn' if kind == 'cross' else 'attn'}.hook_pattern"
+    name = act_name("pattern", L, "cross_attn" if kind == "cross" else "attn")
     p = np.asarray(tr[name])[ctx.b, H, : ctx.n_pos]
     labels = ctx.labels()
     if kind == "cross":

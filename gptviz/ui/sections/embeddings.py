@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ...present import figures, readouts, matrices
-from ...model.gpt import rope_angles
+from ...model.hook_names import act_name
+from ...model.layers import rope_angles
+from ...present import figures, matrices, readouts
+from ...present.descriptions import step_info
 from ..widgets import clear_edits_button, explain, plot, step_heatmap, vector_editor
 from . import section
 
@@ -13,8 +15,8 @@ from . import section
 @section("embeddings.token")
 def token(ctx, *, key: str = "emb") -> None:
     """Pick a row of W_E for each token."""
-    step_heatmap(ctx, "hook_embed", key=key)
-    explain(ctx.trace().info("hook_embed"))
+    step_heatmap(ctx, act_name("embed"), key=key)
+    explain(step_info(ctx.trace(), act_name("embed")))
 
 
 @section("embeddings.onehot")
@@ -39,7 +41,7 @@ def onehot(ctx, *, key: str = "onehot", expanded: bool | None = None) -> None:
                           hover_rows=[f"id {i}: '{l}'" for i, l in zip(cols, col_labels)])
         with c2:
             plot(ctx, figures.heatmap(m2, "W_E (rows of the embedding table)"), key=f"{key}.wte")
-        diff = readouts.lookup_difference(product, tr["hook_embed"][ctx.b, : ctx.n_pos])
+        diff = readouts.lookup_difference(product, tr[act_name("embed")][ctx.b, : ctx.n_pos])
         st.success(f"one-hot(x) × W_E equals the lookup W_E[x]: largest difference {diff:.1e}.")
 
 
@@ -48,8 +50,8 @@ def positions(ctx, *, key: str = "pos") -> None:
     """The position table: learned, sin/cos, rotary angles, or none."""
     cfg, tr = ctx.cfg, ctx.trace()
     if cfg.pos_encoding in ("learned", "sinusoidal"):
-        step_heatmap(ctx, "hook_pos_embed", key=key)
-        explain(tr.info("hook_pos_embed"))
+        step_heatmap(ctx, act_name("pos_embed"), key=key)
+        explain(step_info(tr, act_name("pos_embed")))
     elif cfg.pos_encoding == "rope":
         labels = ctx.labels()
         ang = rope_angles(ctx.n_pos, cfg.d_head, cfg.rope_base).numpy()
@@ -67,8 +69,8 @@ def positions(ctx, *, key: str = "pos") -> None:
 @section("embeddings.sum")
 def total(ctx, *, key: str = "sum") -> None:
     """Token plus position: the residual stream that enters layer 0."""
-    step_heatmap(ctx, "blocks.0.hook_resid_pre", key=key)
-    explain(ctx.trace().info("blocks.0.hook_resid_pre"))
+    step_heatmap(ctx, act_name("resid_pre", 0), key=key)
+    explain(step_info(ctx.trace(), act_name("resid_pre", 0)))
 
 
 @section("embeddings.edit")
@@ -79,5 +81,5 @@ def edit(ctx, *, key: str = "emb") -> None:
                 "not touched.")
     pos = st.selectbox("Position", list(range(ctx.n_pos)), format_func=lambda t: f"{t}: '{labels[t]}'",
                        key=f"{key}.pos")
-    vector_editor(ctx, "hook_embed", pos, key=key)
+    vector_editor(ctx, act_name("embed"), pos, key=key)
     clear_edits_button(ctx, key=key)

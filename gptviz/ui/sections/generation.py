@@ -11,7 +11,9 @@ from typing import Optional
 import numpy as np
 import streamlit as st
 
-from ...present import figures, readouts, matrices
+from ...model.hook_names import act_name
+from ...present import figures, matrices, readouts
+from ...present.descriptions import step_info
 from ...run.generation import generate as run_generate
 from ..widgets import plot
 from . import section
@@ -78,8 +80,9 @@ def pattern(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature:
     shown = (inp.ids + (g["tokens"] if g else []))[-ctx.model.config.block_size:]
     tr = readouts.prompt_trace(ctx.model, shown)
     L, H = ctx.layer, ctx.head or 0
-    name = f"blocks.{L}.attn.hook_pattern"
-    m = matrices.step_matrix(tr[name], tr.info(name), [vocab[i] for i in shown], 0, H, masked=matrices.masked_cells(tr, 0))
+    name = act_name("pattern", L)
+    m = matrices.step_matrix(tr[name], step_info(tr, name), [vocab[i] for i in shown], 0, H,
+                             masked=matrices.masked_cells(tr, 0))
     plot(ctx, figures.heatmap(m, f"What each token looks at: layer {L} head {H}"
                               + (" (prompt + generated)" if len(shown) > len(inp.ids) else " (prompt)"), height=340),
          key=f"{key}.pattern")

@@ -11,10 +11,10 @@ import math
 
 import streamlit as st
 
-from ...present import figures_init as fi
-from ...training import init_study as study
 from ...config import ACTIVATIONS, ModelConfig
+from ...present.figures import initialisation as fi
 from ...text.batches import BUILTIN_TEXT
+from ...training import init_study as study
 from ..widgets import plot
 from . import section
 
@@ -131,7 +131,8 @@ def loss_sweep(ctx, *, key: str = "sweep") -> None:
         "wrong: the loss climbs far above ln V. If your first loss is well above ln V, your init is too large.")
     st.latex(r"z \approx 0 \;\Rightarrow\; p_i = \frac{e^{z_i}}{\sum_j e^{z_j}} \approx \frac1V"
              r"\;\Rightarrow\; \mathcal{L}_0 = -\ln \tfrac1V = \ln V")
-    st.code("for s in scales:\n    _, loss = GPT(cfg.replace(init_std=s))(x, y, attention_mask)  # same seed, new scale",
+    st.code("for s in scales:\n"
+            "    _, loss = GPT(cfg.replace(init_std=s))(x, y, attention_mask)  # same seed, new scale",
             language="python")
     _fresh_note(ctx)
 
@@ -180,7 +181,7 @@ def _training_ids(ctx) -> tuple[tuple, str]:
     for text, what in ((ctx.s.get("text") or "", "your text"), (BUILTIN_TEXT, "the built-in text")):
         try:
             ids = [i for i in ctx.tok.encode(text) if 0 <= i < ctx.cfg.vocab_size][:20_000]
-        except Exception:  # noqa: BLE001 - a tokenizer that cannot read this text: try the next one
+        except Exception:
             continue
         if len(ids) >= max(need, 64 if what == "your text" else 0):
             return tuple(ids), what
@@ -269,8 +270,8 @@ def saturation(ctx, *, key: str = "sat") -> None:
     kind = "tanh" if act == "tanh" else "relu" if act == "relu" else "gelu"
     st.markdown(_SATURATION_TEXT[kind])
     st.latex(_SATURATION_LATEX[kind])
-    st.code(f"h = {_ACT_CODE[act]}  # blocks.{{l}}.mlp.hook_pre -> hook_post\n"
-            'g = tr.grad("blocks.0.mlp.hook_pre")  # tr = trace(model, x, y, grads=True)',
+    st.code(f"h = {_ACT_CODE[act]}  # tr[act_name('pre', l)] -> tr[act_name('post', l)]\n"
+            "g = tr.grad(act_name('pre', 0))  # tr = trace(model, x, y, grads=True)",
             language="python")
 
 

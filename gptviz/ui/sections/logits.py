@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ...present import figures, readouts, matrices
+from ...model.hook_names import act_name
+from ...present import figures, matrices, readouts
+from ...present.descriptions import step_info
 from ...run.loss import uniform_loss
 from ..widgets import downloads, explain, loss_metrics, plot, step_heatmap
 from . import section
@@ -30,7 +32,7 @@ def _columns(ctx, key: str) -> tuple[np.ndarray, str]:
                                help="With a large vocabulary only the k most likely tokens at each position, plus "
                                     "each target, are shown.")
     k = drawn[key]
-    logits = np.asarray(tr["hook_logits"])[ctx.b, : ctx.n_pos]
+    logits = np.asarray(tr[act_name("logits")])[ctx.b, : ctx.n_pos]
     y = np.asarray(tr.targets)[ctx.b, : ctx.n_pos]
     ids = matrices.vocab_columns(logits, y, k)
     return ids, f" (top-{k} at any position + targets: {len(ids)} of {cfg.vocab_size:,} tokens)"
@@ -42,7 +44,7 @@ def probs(ctx, *, key: str = "logits", highlight: Optional[dict] = None) -> bool
     that cell. Returns whether it did."""
     tr = ctx.trace()
     ids, note = _columns(ctx, key)
-    p = np.asarray(tr["hook_probs"])[ctx.b, : ctx.n_pos]
+    p = np.asarray(tr[act_name("probs")])[ctx.b, : ctx.n_pos]
     mp = matrices.vocab_matrix(p, ids, ctx.vocab_labels(), ctx.labels(), "probability")
     fig = figures.heatmap(mp, "softmax(logits)" + note)
     drawn = False
@@ -50,7 +52,7 @@ def probs(ctx, *, key: str = "logits", highlight: Optional[dict] = None) -> bool
         mark_cell(fig, highlight["pos"], int(np.searchsorted(ids, highlight["token"])), "#d62728")
         drawn = True
     plot(ctx, fig, key=f"{key}.probs")
-    explain(tr.info("hook_probs"))
+    explain(step_info(tr, act_name("probs")))
     return drawn
 
 
@@ -60,8 +62,8 @@ def final_norm(ctx, *, key: str = "lf") -> None:
     if ctx.cfg.norm_placement != "pre":
         st.info("A post-norm model has no final norm: the last block's output is already normalised.")
         return
-    step_heatmap(ctx, "ln_final.hook_out", key=key)
-    explain(ctx.trace().info("ln_final.hook_out"))
+    step_heatmap(ctx, act_name("out", part="ln_final"), key=key)
+    explain(step_info(ctx.trace(), act_name("out", part="ln_final")))
 
 
 @section("logits.logits")
@@ -69,11 +71,11 @@ def logits(ctx, *, key: str = "logits") -> None:
     """A score for every token at every position."""
     tr = ctx.trace()
     ids, note = _columns(ctx, key)
-    lg = np.asarray(tr["hook_logits"])[ctx.b, : ctx.n_pos]
+    lg = np.asarray(tr[act_name("logits")])[ctx.b, : ctx.n_pos]
     ml = matrices.vocab_matrix(lg, ids, ctx.vocab_labels(), ctx.labels(), "signed")
     plot(ctx, figures.heatmap(ml, "logits" + note), key=f"{key}.logits")
-    downloads("hook_logits", np.asarray(tr["hook_logits"]), ml, key=f"{key}.lg")
-    explain(tr.info("hook_logits"))
+    downloads(act_name("logits"), np.asarray(tr[act_name("logits")]), ml, key=f"{key}.lg")
+    explain(step_info(tr, act_name("logits")))
 
 
 @section("logits.target")
@@ -92,7 +94,7 @@ def target(ctx, *, key: str = "tp", highlight: Optional[dict] = None) -> bool:
     with c2:
         mn = matrices.Matrix(nll[:, None], labels, ["−log p"], "position", "", "nonnegative", hover_rows=hover)
         plot(ctx, figures.heatmap(mn, "loss per token: −log p", show_values=True, highlight_row=row), key=f"{key}.nll")
-    explain(tr.info("hook_loss_per_token"))
+    explain(step_info(tr, act_name("loss_per_token")))
     return row is not None
 
 
@@ -102,7 +104,7 @@ def loss(ctx, *, key: str = "loss", highlight: Optional[dict] = None) -> bool:
     "loss"} points at that number."""
     cfg, tr = ctx.cfg, ctx.trace()
     value = tr.loss
-    ref = matrices.loss_check(np.asarray(tr["hook_logits"]), np.asarray(tr.targets))
+    ref = matrices.loss_check(np.asarray(tr[act_name("logits")]), np.asarray(tr.targets))
     uniform = uniform_loss(cfg.vocab_size)
     which = (highlight or {}).get("metric")
     c1, c2, c3 = st.columns(3)
@@ -120,7 +122,7 @@ def loss(ctx, *, key: str = "loss", highlight: Optional[dict] = None) -> bool:
                    f"The two agree to {abs(value - ref):.1e}. ln V = ln {cfg.vocab_size:,}.")
     if ctx.scored_y is not None:
         loss_metrics(ctx, precision=5)
-    explain(tr.info("hook_loss"))
+    explain(step_info(tr, act_name("loss")))
     return which in ("loss", "uniform")
 
 
@@ -130,7 +132,7 @@ def top(ctx, *, key: str = "top") -> None:
     tr, cfg = ctx.trace(), ctx.cfg
     vocab, labels = ctx.vocab_labels(), ctx.labels()
     T = ctx.n_pos
-    p = np.asarray(tr["hook_probs"])[ctx.b, :T]
+    p = np.asarray(tr[act_name("probs")])[ctx.b, :T]
     y = np.asarray(tr.targets)[ctx.b, :T]
     k2 = min(5, cfg.vocab_size)
     best = matrices.top_predictions(p, k2, vocab)

@@ -6,7 +6,9 @@ from typing import Optional
 
 import streamlit as st
 
+from ...model.hook_names import act_name
 from ...present import figures, matrices
+from ...present.descriptions import step_info
 from ..widgets import explain, plot, step_heatmap
 from . import section
 
@@ -15,13 +17,12 @@ def mlp_steps(cfg, layer: int) -> list[tuple[str, str]]:
     """(title, hook name) for every step of one layer's MLP, in order (empty for an attention-only model)."""
     if cfg.attn_only:
         return []
-    blk = f"blocks.{layer}."
-    steps = ([("1 · The norm", blk + "ln2.hook_out")] if cfg.norm_placement == "pre" else
-             [("1 · The input (post-norm: the MLP reads the normalised stream)", blk + "hook_resid_mid")])
-    return steps + [("2 · Widen: the fc layer", blk + "mlp.hook_pre"),
-                    ("3 · The activation", blk + "mlp.hook_post"),
-                    ("4 · Narrow again: the projection", blk + "hook_mlp_out"),
-                    ("5 · The residual add", blk + "hook_resid_post")]
+    steps = ([("1 · The norm", act_name("out", layer, "ln2"))] if cfg.norm_placement == "pre" else
+             [("1 · The input (post-norm: the MLP reads the normalised stream)", act_name("resid_mid", layer))])
+    return steps + [("2 · Widen: the fc layer", act_name("pre", layer)),
+                    ("3 · The activation", act_name("post", layer)),
+                    ("4 · Narrow again: the projection", act_name("mlp_out", layer)),
+                    ("5 · The residual add", act_name("resid_post", layer))]
 
 
 @section("mlp.steps")
@@ -38,7 +39,7 @@ def steps(ctx, *, key: str = "mlp", step: Optional[int] = None) -> None:
     for title, name in all_steps:
         st.subheader(title)
         step_heatmap(ctx, name, key=key)
-        explain(tr.info(name))
+        explain(step_info(tr, name))
 
 
 @section("mlp.residual_growth")

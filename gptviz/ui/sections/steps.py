@@ -6,7 +6,9 @@ from typing import Optional
 
 import streamlit as st
 
+from ...model.hook_names import act_name
 from ...present import figures, matrices
+from ...present.descriptions import step_info
 from ..widgets import clear_edits_button, explain, head_step, masked, plot, step_heatmap, vector_editor
 from . import section
 
@@ -24,7 +26,7 @@ def mark_cell(fig, row: int, col: int, color: str = figures.HIGHLIGHT) -> None:
 def _marked_heatmap(ctx, name: str, head: Optional[int], key: str, highlight: dict) -> None:
     """The step's heatmap with the highlighted query row outlined and its answer cell boxed."""
     tr = ctx.trace()
-    info = tr.info(name)
+    info = step_info(tr, name)
     m = matrices.step_matrix(tr[name], info, ctx.labels(), ctx.b, head, masked=masked(ctx), n_pos=ctx.n_pos)
     row, col = highlight.get("row"), highlight.get("col")
     title = info.title + (f" · head {head}" if head is not None and "head" in info.axes else "")
@@ -35,7 +37,7 @@ def _marked_heatmap(ctx, name: str, head: Optional[int], key: str, highlight: di
 
 
 @section("step")
-def step(ctx, *, key: str = "one", hook: str = "hook_embed", all_heads: bool = False, formula: bool = True,
+def step(ctx, *, key: str = "one", hook: str = act_name("embed"), all_heads: bool = False, formula: bool = True,
          code: bool = True, highlight: Optional[dict] = None) -> bool:
     """Any recorded step by its hook name ("{layer}" is the chosen layer): its heatmap (the chosen head, or
     every head with ``all_heads``; a head-by-head step shows every head when "all heads" is chosen), then its
@@ -47,7 +49,7 @@ def step(ctx, *, key: str = "one", hook: str = "hook_embed", all_heads: bool = F
         st.info(f"This model has no step `{name}` ({ctx.cfg.n_layer} layer(s), positions: "
                 f"{ctx.cfg.pos_encoding}). Choose another model, or another step.")
         return False
-    info = tr.info(name)
+    info = step_info(tr, name)
     per_head = "head" in info.axes
     files = not (ctx.style or {}).get("font_scale")  # no download buttons on a projector
     drawn = False
@@ -91,12 +93,12 @@ def walk(ctx, *, key: str = "step") -> None:
     c1, c2, c3 = st.columns([1, 4, 1])
     c1.button("◀ Previous", on_click=go, args=(-1,), disabled=s["step"] == 0, width="stretch", key=f"{key}.prev")
     c2.selectbox("Step", list(range(len(names))), key=jump_key, on_change=jump, label_visibility="collapsed",
-                 format_func=lambda i: f"{i + 1}/{len(names)} · {tr.info(names[i]).title} · {names[i]}")
+                 format_func=lambda i: f"{i + 1}/{len(names)} · {step_info(tr, names[i]).title} · {names[i]}")
     c3.button("Next ▶", on_click=go, args=(1,), disabled=s["step"] == len(names) - 1, width="stretch",
               key=f"{key}.next")
 
     name = names[s["step"]]
-    info = tr.info(name)
+    info = step_info(tr, name)
     st.title(f"{s['step'] + 1}. {info.title}")
     if "head" in info.axes:
         head_step(ctx, name, key=key)
@@ -115,7 +117,7 @@ def walk(ctx, *, key: str = "step") -> None:
                                                  and info.layer is not None else ""))
 
     width = shape[-1] if shape else 0
-    if info.kind != "masked" and len(shape) >= 3 and width <= EDITABLE_WIDTH and not name.startswith("hook_probs"):
+    if info.kind != "masked" and len(shape) >= 3 and width <= EDITABLE_WIDTH and name != act_name("probs"):
         # a toggle, not an expander: a collapsed expander still builds its table editor on every rerun
         if st.toggle("Edit this step: change one row and watch everything after it change", key=f"{key}.edit.on"):
             what = "query" if "query_pos" in info.axes else "position"

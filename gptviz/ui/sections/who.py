@@ -12,9 +12,10 @@ from typing import Optional
 import numpy as np
 import streamlit as st
 
-from ...run import edits as edit_specs
-from ...present import figures_lens as figs
 from ...interp import lens, patching
+from ...model.hook_names import act_name
+from ...present.figures import lens as figs
+from ...run import edits as edit_specs
 from .. import resources
 from ..widgets import plot
 from . import section
@@ -53,7 +54,7 @@ def _patch(cfg_json: str, model_key: Optional[str], clean: tuple, corrupt: tuple
 
 def _prompt_logits(ctx, ids: list[int]) -> np.ndarray:
     tr = resources.traced(ctx.cfg_json, ctx.model_key, (tuple(ids),), None, None, edit_specs.spec_key(None), False)
-    return np.asarray(tr["hook_logits"])
+    return np.asarray(tr[act_name("logits")])
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -86,7 +87,7 @@ def _token_from_text(ctx, text: str) -> tuple[Optional[int], str]:
         return vocab.index(text), ""
     try:
         ids = ctx.tok.encode(text)
-    except Exception as exc:  # noqa: BLE001 - a tokenizer's refusal becomes a message
+    except Exception as exc:
         return None, f"{text!r} could not be tokenized ({exc}): type another token."
     if len(ids) != 1:
         shown = " · ".join(_quote(ctx.id_label(i)) for i in ids) or "nothing"
@@ -122,8 +123,8 @@ def logit_lens(ctx, *, key: str = "lens", k: int = 5) -> None:
           "knew. Hover a cell for the lens's favourite token there.")
     st.latex(r"\mathrm{logits}^{(\ell)} = " + (r"\mathrm{LN}_f\!\big(x^{(\ell)}\big)" if pre else r"x^{(\ell)}")
              + r"\,W_U,\qquad p^{(\ell)} = \mathrm{softmax}\big(\mathrm{logits}^{(\ell)}\big)[y_{t}]")
-    st.code("logits_l = model.lm_head(model.transformer.ln_f(tr[f'blocks.{l}.hook_resid_pre']))"
-            if pre else "logits_l = model.lm_head(tr[f'blocks.{l}.hook_resid_pre'])", language="python")
+    st.code("logits_l = model.lm_head(model.transformer.ln_f(tr[act_name('resid_pre', l)]))"
+            if pre else "logits_l = model.lm_head(tr[act_name('resid_pre', l)])", language="python")
 
     pos = _pos_picker(ctx, "Position for the top tokens", f"{key}.pos")
     tops = [[vocab[i] for i in row] for row in s.top_ids[:, pos]]
@@ -181,11 +182,11 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
         bar_labels.append("final norm shift β")
         bar_values.append(bias_v)
     name = vocab[tok_id]
-    logit = float(np.asarray(tr["hook_logits"])[b, pos, tok_id])
+    logit = float(np.asarray(tr[act_name("logits")])[b, pos, tok_id])
     plot(ctx, figs.dla_bars(bar_labels, bar_values, f"Who pushes the logit of '{name}' after '{labels[pos]}' "
                                                     f"(position {pos})"), key=f"{key}.bars")
     m1, m2, m3 = st.columns(3)
-    m1.metric(f"logit of '{name}'", f"{logit:.4f}", help="From the model's own forward pass (hook_logits).")
+    m1.metric(f"logit of '{name}'", f"{logit:.4f}", help=f"From the model's own forward pass ({act_name('logits')}).")
     m2.metric("sum of the bars", f"{float(np.sum(bar_values)):.4f}",
               help="Every component's contribution plus the final norm's shift: the same number, up to rounding.")
     m3.metric("largest single push", f"{bar_labels[int(np.argmax(np.abs(bar_values)))]}")
@@ -197,15 +198,17 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
              r"\beta\cdot W_U[y],\quad c \in \{\text{tok}, \text{pos}, \text{heads}, \text{MLPs}\}"
              if cfg.norm == "layernorm" else
              r"\mathrm{logit}_y = \sum_{c} \frac{\gamma \odot c}{\mathrm{rms}}\cdot W_U[y]"
-             + (r" + \beta\cdot W_U[y]" if cfg.bias else "") + r",\quad c \in \{\text{tok}, \text{pos}, \text{heads}, \text{MLPs}\}")
+             + (r" + \beta\cdot W_U[y]" if cfg.bias else "")
+             + r",\quad c \in \{\text{tok}, \text{pos}, \text{heads}, \text{MLPs}\}")
     st.code("head_out = z[:, :, h] @ attn.c_proj.weight[:, h*hs:(h+1)*hs].T   # what head h wrote\n"
-            "contribution = ((head_out - head_out.mean(-1, keepdim=True)) / tr['ln_final.hook_scale']"
+            "contribution = ((head_out - head_out.mean(-1, keepdim=True)) / tr[act_name('scale', part='ln_final')]"
             " * ln_f.weight) @ W_U[y]", language="python")
     st.caption("σ is the final norm's divisor from the real forward pass, frozen: with it fixed, the norm is linear, "
                "so the logit splits exactly into one term per component.")
 
     grid = lens.head_grid(contrib[:, b, pos], cfg).astype(float)  # (L, H)
-    plot(ctx, figs.layer_head_heatmap(grid, f"Each head's direct contribution to '{name}'", "logit"), key=f"{key}.heads")
+    plot(ctx, figs.layer_head_heatmap(grid, f"Each head's direct contribution to '{name}'", "logit"),
+         key=f"{key}.heads")
     order = sorted(((l, h) for l in range(cfg.n_layer) for h in range(cfg.n_head)), key=lambda lh: -abs(grid[lh]))
     h1, h2 = st.columns([2, 1])
     lh = h1.selectbox("Look at a head", order, key=f"{key}.head.{pos}.{tok_id}",
@@ -215,7 +218,7 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
         _open_head(ctx.s, *lh)
         try:
             st.switch_page("app_pages/attention.py")
-        except Exception:  # noqa: BLE001 - outside the multipage app (a lone script, a test)
+        except Exception:
             st.success(f"Layer {lh[0]}, head {lh[1]} is now the selected head: open the Attention page to see it.")
 
 
@@ -243,7 +246,7 @@ def compare_prompts(ctx, *, key: str = "cmp") -> None:
                             key=f"{key}.corrupt.{tag}")
     try:
         ids_c, ids_k = tok.encode(clean), tok.encode(corrupt)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         st.error(f"The prompts could not be tokenized ({exc}): change them.")
         return
     if not ids_c or not ids_k:
@@ -323,5 +326,6 @@ def compare_prompts(ctx, *, key: str = "cmp") -> None:
     st.latex(r"\mathrm{score} = \frac{\Delta_{\text{patched}} - \Delta_{\text{corrupt}}}"
              r"{\Delta_{\text{clean}} - \Delta_{\text{corrupt}}},\qquad"
              r"\Delta = \mathrm{logit}[\text{answer}] - \mathrm{logit}[\text{wrong}]\ \text{at the last position}")
-    st.code("tr = trace(model, x_corrupt, edits={f'blocks.{l}.hook_resid_pre': put_at(t, clean[f'blocks.{l}.hook_resid_pre'])})",
+    st.code("tr = trace(model, x_corrupt, edits={act_name('resid_pre', l): "
+            "put_at(t, clean[act_name('resid_pre', l)])})",
             language="python")
