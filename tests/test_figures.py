@@ -5,11 +5,10 @@ import numpy as np
 import plotly.io as pio
 import pytest
 import torch
-
 from conftest import CONFIGS, random_ids
-from gptviz import GPT
+
+from gptviz import GPT, trace
 from gptviz.present import figures, matrices
-from gptviz import trace
 from gptviz.present.descriptions import PROBABILITY
 
 
@@ -88,7 +87,8 @@ def test_numbers_in_cells_only_when_small(tr):
     m = matrices.step_matrix(tr[name], tr.info(name), TOKS, head=0)
     assert figures.heatmap(m, show_values=True).data[0].texttemplate == "%{z:.2f}"
     assert figures.heatmap(m, show_values=False).data[0].texttemplate is None
-    big = matrices.Matrix(np.zeros((30, 30)), [str(i) for i in range(30)], [str(i) for i in range(30)], "r", "c", "signed")
+    big = matrices.Matrix(np.zeros((30, 30)), [str(i) for i in range(30)], [str(i) for i in range(30)],
+                          "r", "c", "signed")
     assert figures.heatmap(big, show_values=True).data[0].texttemplate is None
 
 
@@ -163,14 +163,15 @@ def test_colour_scales_are_explicit_and_point_the_right_way():
     assert figures.PROB_SCALE[-1][0] == 1.0 and figures.PROB_SCALE[-1][1] in ("rgb(8,48,107)", "#08306b")
     mid = figures.SIGNED_SCALE[len(figures.SIGNED_SCALE) // 2]
     assert mid[0] == 0.5 and mid[1] in ("rgb(247,247,247)", "#f7f7f7")
-    assert figures.SIGNED_SCALE[0][1] == "rgb(5,48,97)" and figures.SIGNED_SCALE[-1][1] == "rgb(103,0,31)"  # blue < 0 < red
+    # blue < 0 < red
+    assert figures.SIGNED_SCALE[0][1] == "rgb(5,48,97)" and figures.SIGNED_SCALE[-1][1] == "rgb(103,0,31)"
     m = matrices.Matrix(np.eye(2), ["a", "b"], ["a", "b"], "r", "c", "probability")
     assert isinstance(figures.heatmap(m).data[0].colorscale, tuple)
 
 
 def test_gradient_reading_names_the_largest_entry_in_the_chosen_head():
-    from gptviz.present.descriptions import describe
     from gptviz import preset
+    from gptviz.present.descriptions import describe
 
     info = describe("blocks.0.attn.hook_pattern", preset("default"))
     g = np.zeros((1, 2, 3, 3))
@@ -190,39 +191,40 @@ def test_fixed_margins_make_room_for_every_label_and_colour_bar():
     short = ["a", "b", "c"]
     long = ["a very long token label", "b", "c"]
     z = np.arange(9.0).reshape(3, 3) - 4
-    lay = lambda rows: dict(title=dict(text="t"), font=dict(size=16), margin=dict(l=10, r=10, t=60, b=10),  # noqa: E731
+    lay = lambda rows: dict(title=dict(text="t"), font=dict(size=16), margin=dict(l=10, r=10, t=60, b=10),
                             xaxis=dict(title=dict(text="key"), tickmode="array", tickvals=[0, 1, 2], ticktext=short),
                             yaxis=dict(title=dict(text="query"), tickmode="array", tickvals=[0, 1, 2], ticktext=rows,
                                        tickfont=dict(size=14)))
-    small = figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], lay(short)))
-    wide = figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], lay(long)))
+    small = figures.fixed_margins(figures.figure([dict(type="heatmap", z=z)], lay(short)))
+    wide = figures.fixed_margins(figures.figure([dict(type="heatmap", z=z)], lay(long)))
     ms, mw = small.layout.margin, wide.layout.margin
     assert mw.autoexpand is False and small.layout.yaxis.automargin is False and small.layout.xaxis.automargin is False
     assert mw.l >= 23 * 14 * 0.62 + 16 * 1.4  # the long label and the title beside it
     assert ms.l < mw.l and ms.t == 60
     assert ms.r >= 30 + 6 * 14 * 0.62  # a colour bar and its tick labels
-    nobar = figures.fixed_margins(figures._figure([dict(type="heatmap", z=z, showscale=False)], lay(short)))
+    nobar = figures.fixed_margins(figures.figure([dict(type="heatmap", z=z, showscale=False)], lay(short)))
     assert nobar.layout.margin.r < ms.r
     # x labels on top go into the top margin; crowded x labels turn on their side and need their length
     top = lay(short)
     top["xaxis"]["side"] = "top"
-    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], top)).layout.margin.t > 60
+    assert figures.fixed_margins(figures.figure([dict(type="heatmap", z=z)], top)).layout.margin.t > 60
     many = [f"token{i}" for i in range(64)]
     crowded = lay(short)
     crowded["xaxis"].update(tickvals=list(range(64)), ticktext=many)
     zz = np.zeros((3, 64))
-    turned = figures.fixed_margins(figures._figure([dict(type="heatmap", z=zz)], crowded))
+    turned = figures.fixed_margins(figures.figure([dict(type="heatmap", z=zz)], crowded))
     assert turned.layout.margin.b >= 7 * 16 * 0.62 and turned.layout.xaxis.tickangle == -90
     some = lay(short)
     some["xaxis"].update(tickvals=list(range(12)), ticktext=[f"token{i}" for i in range(12)])
-    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=np.zeros((3, 12)))], some)).layout.xaxis.tickangle == -45
+    assert (figures.fixed_margins(figures.figure([dict(type="heatmap", z=np.zeros((3, 12)))], some))
+            .layout.xaxis.tickangle == -45)
     # a short chart's colour bar labels only its ends and middle; a tall one is left to Plotly
     short_fig = lay(short)
     short_fig["height"] = 160
-    assert figures.fixed_margins(figures._figure([dict(type="heatmap", z=z)], short_fig)).data[0].colorbar.nticks == 3
+    assert figures.fixed_margins(figures.figure([dict(type="heatmap", z=z)], short_fig)).data[0].colorbar.nticks == 3
     assert small.data[0].colorbar.nticks is None
     # a chart with a legend keeps Plotly's own margins
-    legend = figures._figure([dict(type="scatter", y=[1, 2], name="a"), dict(type="scatter", y=[2, 1], name="b")],
+    legend = figures.figure([dict(type="scatter", y=[1, 2], name="a"), dict(type="scatter", y=[2, 1], name="b")],
                              dict(margin=dict(l=10, r=10, t=60, b=10)))
     assert figures.fixed_margins(legend) is legend
 

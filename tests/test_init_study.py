@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from gptviz import GPT, ModelConfig, encode_batch, get_tokenizer, preset
-from gptviz.present import figures_init as fi
-from gptviz.training import init_study as study
+from gptviz.present.figures import initialisation as fi
 from gptviz.text.batches import BUILTIN_TEXT, DEFAULT_PROMPT
+from gptviz.training import init_study as study
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,6 +1,6 @@
 """Figure builders for "who did it": logit lens, direct logit attribution, activation patching.
 
-Pure functions, arrays and labels in, a figure out, with the conventions of ``gptviz.present.figures``: a fixed
+Pure functions, arrays and labels in, a figure out, with the conventions of ``base``: a fixed
 0-to-1 scale for probabilities, blue-white-red centred on 0 for signed values, fonts for a projector,
 axes labelled with tokens.
 """
@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import MAX_TEXT_CELLS, PROB_SCALE, SIGNED_SCALE, TICK_FONT, _axis, _base_layout, _figure, _ticks, _unique
+from .base import MAX_TEXT_CELLS, PROB_SCALE, SIGNED_SCALE, TICK_FONT, axis, base_layout, figure, ticks, unique_labels
 
 POS_COLOR = "#d6604d"  # pushes a logit up (the red end of the signed scale)
 NEG_COLOR = "#4393c3"  # pushes it down (the blue end)
@@ -27,15 +27,15 @@ def _signed(values: np.ndarray, at_least: float = 0.0) -> dict:
 
 def _category_axes(xs: list[str], xlabels: Sequence[str], ys: list[str], ylabels: Sequence[str], x_title: str,
                    y_title: str) -> dict:
-    xt, yt = _ticks(list(xlabels)), _ticks(list(ylabels))
+    xt, yt = ticks(list(xlabels)), ticks(list(ylabels))
     xt["tickvals"] = [xs[i] for i in xt["tickvals"]]
     yt["tickvals"] = [ys[i] for i in yt["tickvals"]]
-    return dict(xaxis=_axis(x_title, type="category", **xt), yaxis=_axis(y_title, reverse=True, type="category", **yt))
+    return dict(xaxis=axis(x_title, type="category", **xt), yaxis=axis(y_title, reverse=True, type="category", **yt))
 
 
 def _zero_axis(title: str) -> dict:
-    """A value axis with a dark line at 0 (figures._axis turns the zero line off)."""
-    ax = _axis(title)
+    """A value axis with a dark line at 0 (base.axis turns the zero line off)."""
+    ax = axis(title)
     ax.update(zeroline=True, zerolinecolor="#444", zerolinewidth=2)
     return ax
 
@@ -54,8 +54,8 @@ def lens_heatmap(target_prob: np.ndarray, point_labels: Sequence[str], tokens: S
     """
     z = np.asarray(target_prob, dtype=float)
     P, T = z.shape
-    xs = _unique([f"{i}: '{t}'" for i, t in enumerate(tokens)])
-    ys = _unique(point_labels)
+    xs = unique_labels([f"{i}: '{t}'" for i, t in enumerate(tokens)])
+    ys = unique_labels(point_labels)
     custom = [[[str(top1[p][t]), float(top1_prob[p][t]), targets[t] or "(none)"] for t in range(T)] for p in range(P)]
     main = dict(type="heatmap", z=z, x=xs, y=ys, customdata=custom, colorscale=PROB_SCALE, zmin=0.0, zmax=1.0,
                 colorbar=dict(title=dict(text="p(next)"), tickfont=TICK_FONT), xgap=1, ygap=1,
@@ -64,9 +64,9 @@ def lens_heatmap(target_prob: np.ndarray, point_labels: Sequence[str], tokens: S
     if show_values and P * T <= MAX_TEXT_CELLS:
         main["texttemplate"] = "%{z:.2f}"
         main["textfont"] = dict(size=12)
-    layout = _base_layout(title, _height(P), **_category_axes(xs, tokens, ys, point_labels, "position (token)",
-                                                              "read after"))
-    return _figure([main], layout)
+    layout = base_layout(title, _height(P), **_category_axes(xs, tokens, ys, point_labels, "position (token)",
+                                                             "read after"))
+    return figure([main], layout)
 
 
 def lens_topk(point_labels: Sequence[str], top_tokens: Sequence[Sequence[str]], top_probs: np.ndarray,
@@ -76,17 +76,17 @@ def lens_topk(point_labels: Sequence[str], top_tokens: Sequence[Sequence[str]], 
     token (e.g. the true next one) whose cells get a star."""
     p = np.asarray(top_probs, dtype=float)
     P, k = p.shape
-    ys = _unique(point_labels)
+    ys = unique_labels(point_labels)
     text = [[("★ " if highlight is not None and top_tokens[r][j] == highlight else "") + f"'{top_tokens[r][j]}'"
              for j in range(k)] for r in range(P)]
-    main = dict(type="heatmap", z=p, x=[f"#{j + 1}" for j in range(k)], y=ys, text=text, texttemplate="%{text}<br>%{z:.2f}",
-                textfont=dict(size=14), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
-                colorbar=dict(title=dict(text="p"), tickfont=TICK_FONT),
+    main = dict(type="heatmap", z=p, x=[f"#{j + 1}" for j in range(k)], y=ys, text=text,
+                texttemplate="%{text}<br>%{z:.2f}", textfont=dict(size=14), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0,
+                xgap=2, ygap=2, colorbar=dict(title=dict(text="p"), tickfont=TICK_FONT),
                 hovertemplate="%{y} · rank %{x}<br>%{text}: p = %{z:.3f}<extra></extra>")
-    layout = _base_layout(title, _height(P, 46), xaxis=_axis("rank", type="category", side="top"),
-                          yaxis=_axis("read after", reverse=True, type="category"))
+    layout = base_layout(title, _height(P, 46), xaxis=axis("rank", type="category", side="top"),
+                         yaxis=axis("read after", reverse=True, type="category"))
     layout["margin"] = dict(l=10, r=10, t=90, b=10)
-    return _figure([main], layout)
+    return figure([main], layout)
 
 
 def dla_bars(labels: Sequence[str], values: Sequence[float], title: str = "", max_bars: int = MAX_BARS) -> go.Figure:
@@ -110,10 +110,11 @@ def dla_bars(labels: Sequence[str], values: Sequence[float], title: str = "", ma
     bar = dict(type="bar", x=v.tolist(), y=pos, orientation="h", marker=dict(color=colors), customdata=labs,
                text=[f"{x:+.3g}" for x in v], textposition="auto", textfont=TICK_FONT,
                hovertemplate="%{customdata}: %{x:+.4g}<extra></extra>")
-    layout = _base_layout(title, int(min(900, max(260, 26 * len(labs) + 130))),
-                          xaxis=_zero_axis("contribution to the logit"),
-                          yaxis=_axis("", reverse=True, tickmode="array", tickvals=pos, ticktext=labs, tickfont=TICK_FONT))
-    return _figure([bar], layout)
+    layout = base_layout(title, int(min(900, max(260, 26 * len(labs) + 130))),
+                         xaxis=_zero_axis("contribution to the logit"),
+                         yaxis=axis("", reverse=True, tickmode="array", tickvals=pos, ticktext=labs,
+                                    tickfont=TICK_FONT))
+    return figure([bar], layout)
 
 
 def layer_head_heatmap(values: np.ndarray, title: str = "", colorbar_title: str = "", at_least: float = 0.0,
@@ -130,10 +131,10 @@ def layer_head_heatmap(values: np.ndarray, title: str = "", colorbar_title: str 
     if show:
         main["texttemplate"] = f"%{{z:{fmt}}}"
         main["textfont"] = dict(size=14 if L * H <= 64 else 11)
-    layout = _base_layout(title, int(min(640, max(220, 46 * L + 140))), xaxis=_axis("head", type="category", side="top"),
-                          yaxis=_axis("layer", reverse=True, type="category"))
+    layout = base_layout(title, int(min(640, max(220, 46 * L + 140))), xaxis=axis("head", type="category", side="top"),
+                         yaxis=axis("layer", reverse=True, type="category"))
     layout["margin"] = dict(l=10, r=10, t=90, b=10)
-    return _figure([main], layout)
+    return figure([main], layout)
 
 
 def patch_resid_heatmap(values: np.ndarray, point_labels: Sequence[str], tokens: Sequence[str], title: str = "",
@@ -142,17 +143,17 @@ def patch_resid_heatmap(values: np.ndarray, point_labels: Sequence[str], tokens:
     tokens), colour the score (0 = as corrupted, 1 = as clean), diverging around 0 and reaching at least ±1."""
     z = np.asarray(values, dtype=float)
     P, T = z.shape
-    xs = _unique([f"{i}: '{t}'" for i, t in enumerate(tokens)])
-    ys = _unique(point_labels)
+    xs = unique_labels([f"{i}: '{t}'" for i, t in enumerate(tokens)])
+    ys = unique_labels(point_labels)
     main = dict(type="heatmap", z=z, x=xs, y=ys, xgap=1, ygap=1,
                 colorbar=dict(title=dict(text="score"), tickfont=TICK_FONT),
                 hovertemplate="patch %{y} at position %{x}<br>score %{z:.3f}<extra></extra>", **_signed(z, 1.0))
     if show_values and P * T <= MAX_TEXT_CELLS:
         main["texttemplate"] = "%{z:.2f}"
         main["textfont"] = dict(size=12)
-    layout = _base_layout(title, _height(P), **_category_axes(xs, tokens, ys, point_labels, "position (token)",
-                                                              "residual stream"))
-    return _figure([main], layout)
+    layout = base_layout(title, _height(P), **_category_axes(xs, tokens, ys, point_labels, "position (token)",
+                                                             "residual stream"))
+    return figure([main], layout)
 
 
 def mlp_bars(values: Sequence[float], title: str = "") -> go.Figure:
@@ -161,6 +162,6 @@ def mlp_bars(values: Sequence[float], title: str = "") -> go.Figure:
     labs = [f"L{l} MLP" for l in range(len(v))]
     bar = dict(type="bar", x=labs, y=v.tolist(), marker=dict(color=[POS_COLOR if x >= 0 else NEG_COLOR for x in v]),
                text=[f"{x:.2f}" for x in v], textposition="auto", hovertemplate="%{x}: %{y:.3f}<extra></extra>")
-    layout = _base_layout(title, 320, xaxis=_axis("", type="category", tickfont=TICK_FONT),
-                          yaxis=_zero_axis("score"))
-    return _figure([bar], layout)
+    layout = base_layout(title, 320, xaxis=axis("", type="category", tickfont=TICK_FONT),
+                         yaxis=_zero_axis("score"))
+    return figure([bar], layout)

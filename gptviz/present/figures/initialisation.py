@@ -1,6 +1,6 @@
 """Figures for the Initialisation page. Pure functions: results of ``gptviz.training.init_study`` in, a figure out.
 
-Same conventions as ``gptviz.present.figures`` (plain dicts wrapped without validation, its fonts): probabilities on a
+Same conventions as ``base`` (plain dicts wrapped without validation, its fonts): probabilities on a
 fixed 0-to-1 axis, reference lines dashed grey and labelled, the user's own setting in red.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import TICK_FONT, _axis, _base_layout, _figure
+from .base import TICK_FONT, axis, base_layout, figure
 
 BLUE, RED, GREY = "#1f77b4", "#d62728", "#777"
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -27,8 +27,8 @@ def _hline(y: float, label: str) -> tuple[dict, dict]:
 
 
 def _ax(title: str = "", grid: bool = False, **extra) -> dict:
-    """An axis in ``figures``' style; ``grid=True`` adds light grid lines (for log axes and sweeps)."""
-    ax = _axis(title)
+    """An axis in ``base``'s style; ``grid=True`` adds light grid lines (for log axes and sweeps)."""
+    ax = axis(title)
     if grid:
         ax.update(showgrid=True, gridcolor="#eee")
     ax.update(tickfont=TICK_FONT, **extra)
@@ -53,14 +53,14 @@ def loss_sweep_figure(sweep: dict, title: Optional[str] = None) -> go.Figure:
     ]
     shape, note = _hline(sweep["ln_v"], f"ln V = {sweep['ln_v']:.3f}")
     note.update(y=sweep["ln_v"], yanchor="top")  # just below the line, at the right: the curve is high there
-    layout = _base_layout(title or "Initial loss against init_std", 420,
-                          xaxis=_ax("init_std (log scale)", type="log", grid=True),
-                          yaxis=_ax("loss of the untrained model", grid=True,
-                                      rangemode="tozero"),
-                          legend=dict(font=TICK_FONT, x=0.01, y=0.98, xanchor="left", yanchor="top",
-                                      bgcolor="rgba(255,255,255,0.8)"),
-                          shapes=[shape], annotations=[note])
-    return _figure(data, layout)
+    layout = base_layout(title or "Initial loss against init_std", 420,
+                         xaxis=_ax("init_std (log scale)", type="log", grid=True),
+                         yaxis=_ax("loss of the untrained model", grid=True,
+                                     rangemode="tozero"),
+                         legend=dict(font=TICK_FONT, x=0.01, y=0.98, xanchor="left", yanchor="top",
+                                     bgcolor="rgba(255,255,255,0.8)"),
+                         shapes=[shape], annotations=[note])
+    return figure(data, layout)
 
 
 # --------------------------------------------------------------------------- fact 2
@@ -81,13 +81,13 @@ def prob_figure(probs: Sequence[float], vocab: Sequence[str], title: str, target
     shape, note = _hline(1.0 / V, f"uniform 1/V = {1.0 / V:.3g}")
     note["yanchor"] = "bottom"
     shown = f"top {len(order)} of {V}" if len(order) < V else f"all {V} tokens"
-    layout = _base_layout(title, 360,
-                          xaxis=_ax(f"next token ({shown}, most likely first)", tickmode="array",
-                                      tickvals=list(range(len(order))), ticktext=labels),
-                          yaxis=_ax("probability", range=[0, 1]),
-                          shapes=[shape], annotations=[note], bargap=0.15)
+    layout = base_layout(title, 360,
+                         xaxis=_ax(f"next token ({shown}, most likely first)", tickmode="array",
+                                     tickvals=list(range(len(order))), ticktext=labels),
+                         yaxis=_ax("probability", range=[0, 1]),
+                         shapes=[shape], annotations=[note], bargap=0.15)
     layout["margin"] = dict(l=10, r=10, t=70, b=10)
-    return _figure([bar], layout)
+    return figure([bar], layout)
 
 
 def curves_figure(curves: dict, title: str = "Training loss from a small and a large init") -> go.Figure:
@@ -97,12 +97,12 @@ def curves_figure(curves: dict, title: str = "Training loss from a small and a l
                  hovertemplate=f"init_std {_fmt(s)} · step %{{x}}: loss %{{y:.3f}}<extra></extra>")
             for s, c, col in zip(curves["scales"], curves["curves"], [BLUE, RED, "#2ca02c", "#9467bd"])]
     shape, note = _hline(curves["ln_v"], f"ln V = {curves['ln_v']:.2f}")
-    layout = _base_layout(title, 400, xaxis=_ax("training step", grid=True),
-                          yaxis=_ax("training loss", grid=True, rangemode="tozero"),
-                          legend=dict(font=TICK_FONT, x=0.99, y=0.98, xanchor="right", yanchor="top",
-                                      bgcolor="rgba(255,255,255,0.8)"),
-                          shapes=[shape], annotations=[note])
-    return _figure(data, layout)
+    layout = base_layout(title, 400, xaxis=_ax("training step", grid=True),
+                         yaxis=_ax("training loss", grid=True, rangemode="tozero"),
+                         legend=dict(font=TICK_FONT, x=0.99, y=0.98, xanchor="right", yanchor="top",
+                                     bgcolor="rgba(255,255,255,0.8)"),
+                         shapes=[shape], annotations=[note])
+    return figure(data, layout)
 
 
 # --------------------------------------------------------------------------- fact 3
@@ -117,7 +117,7 @@ def _sat_center(act: str, c: float, post: bool) -> bool:
 def histogram_figure(layer: dict, activation: str, init_std: float) -> go.Figure:
     """One layer's MLP pre-activation and activation histograms side by side; saturated bins in red, and the
     share of saturated units in the title."""
-    data, layout = [], _base_layout(
+    data, layout = [], base_layout(
         f"Layer {layer['layer']} · init_std {_fmt(init_std)} · {100 * layer['saturated']:.1f}% of units saturated",
         340)
     layout["margin"] = dict(l=10, r=10, t=90, b=10)
@@ -138,7 +138,7 @@ def histogram_figure(layer: dict, activation: str, init_std: float) -> go.Figure
         layout["annotations"].append(dict(text=name, x=(x0 + x1) / 2, y=1.0, xref="paper", yref="paper",
                                           yanchor="bottom", showarrow=False, font=dict(size=16)))
     layout["bargap"] = 0
-    return _figure(data, layout)
+    return figure(data, layout)
 
 
 def grad_figure(stats: dict) -> go.Figure:
@@ -152,12 +152,12 @@ def grad_figure(stats: dict) -> go.Figure:
              marker=dict(color=BLUE), hovertemplate="%{x}: %{y:.3g}<extra>at the input</extra>",
              text=[f"{100 * d['pass_through']:.0f}% gets through" for d in layers], textposition="outside"),
     ]
-    layout = _base_layout(f"The gradient either side of {stats['activation']} · init_std {_fmt(stats['init_std'])}",
-                          380, xaxis=_ax(""),
-                          yaxis=_ax("mean |gradient|", rangemode="tozero"),
-                          barmode="group", legend=dict(font=TICK_FONT, orientation="h", x=0, y=-0.15))
+    layout = base_layout(f"The gradient either side of {stats['activation']} · init_std {_fmt(stats['init_std'])}",
+                         380, xaxis=_ax(""),
+                         yaxis=_ax("mean |gradient|", rangemode="tozero"),
+                         barmode="group", legend=dict(font=TICK_FONT, orientation="h", x=0, y=-0.15))
     layout["margin"] = dict(l=10, r=10, t=60, b=40)
-    return _figure(data, layout)
+    return figure(data, layout)
 
 
 def saturation_sweep_figure(sweep: dict, chosen: Optional[float] = None) -> go.Figure:
@@ -171,14 +171,14 @@ def saturation_sweep_figure(sweep: dict, chosen: Optional[float] = None) -> go.F
         data.append(dict(type="scatter", x=sweep["scales"], y=d["saturated"], mode="lines+markers",
                          name=f"L{l} units saturated", line=dict(color=c, dash="dash"), marker=dict(symbol="x"),
                          hovertemplate="init_std %{x:.3g}: %{y:.1%} saturated<extra></extra>"))
-    layout = _base_layout(f"{sweep['activation']}: saturation against init_std", 420,
-                          xaxis=_ax("init_std (log scale)", type="log", grid=True),
-                          yaxis=_ax("share", range=[0, 1.05], tickformat=".0%", grid=True),
-                          legend=dict(font=TICK_FONT))
+    layout = base_layout(f"{sweep['activation']}: saturation against init_std", 420,
+                         xaxis=_ax("init_std (log scale)", type="log", grid=True),
+                         yaxis=_ax("share", range=[0, 1.05], tickformat=".0%", grid=True),
+                         legend=dict(font=TICK_FONT))
     if chosen is not None:
         layout["shapes"] = [dict(type="line", xref="x", x0=chosen, x1=chosen, yref="paper", y0=0, y1=1,
                                  line=dict(color=RED, dash="dot"))]
-    return _figure(data, layout)
+    return figure(data, layout)
 
 
 # --------------------------------------------------------------------------- keeping the spread
@@ -192,11 +192,11 @@ def spread_figure(demo: dict) -> go.Figure:
         dict(type="scatter", x=k, y=demo["depth_unit"], mode="lines+markers", name="W ~ N(0, 1)",
              line=dict(color=RED), hovertemplate="after %{x}: std %{y:.4g}<extra></extra>"),
     ]
-    layout = _base_layout(f"std of x after k multiplications by random {n}×{n} matrices", 380,
-                          xaxis=_ax("k (matrices applied)", dtick=1),
-                          yaxis=_ax("std (log scale)", type="log", grid=True),
-                          legend=dict(font=TICK_FONT))
-    return _figure(data, layout)
+    layout = base_layout(f"std of x after k multiplications by random {n}×{n} matrices", 380,
+                         xaxis=_ax("k (matrices applied)", dtick=1),
+                         yaxis=_ax("std (log scale)", type="log", grid=True),
+                         legend=dict(font=TICK_FONT))
+    return figure(data, layout)
 
 
 def residual_figure(results: Sequence[dict]) -> go.Figure:
@@ -207,8 +207,8 @@ def residual_figure(results: Sequence[dict]) -> go.Figure:
                          name=f"init_std = {_fmt(r['init_std'])}", line=dict(color=c), customdata=r["labels"],
                          hovertemplate="%{customdata}: std %{y:.4g}<extra></extra>"))
     labels = results[0]["labels"] if results else []
-    layout = _base_layout("std of the residual stream, point by point (fresh model)", 400,
-                          xaxis=_ax("", tickmode="array", tickvals=list(range(len(labels))), ticktext=labels),
-                          yaxis=_ax("std (log scale)", type="log", grid=True),
-                          legend=dict(font=TICK_FONT))
-    return _figure(data, layout)
+    layout = base_layout("std of the residual stream, point by point (fresh model)", 400,
+                         xaxis=_ax("", tickmode="array", tickvals=list(range(len(labels))), ticktext=labels),
+                         yaxis=_ax("std (log scale)", type="log", grid=True),
+                         legend=dict(font=TICK_FONT))
+    return figure(data, layout)

@@ -1,0 +1,53 @@
+"""Plotly figure builders, each a pure function (arrays and labels in, a figure out), re-exported as ``figures.X``.
+
+The modules, one kind of figure each:
+- ``base``: the shared conventions (fonts, colour scales, axes, the layout, the figure wrapper);
+- ``heatmaps``: a step's matrix, grids of heads, two patterns side by side, token and head grids;
+- ``charts``: line and bar charts;
+- ``finishing``: fixed margins and presenter mode's scaled fonts, applied to a built figure;
+- ``pictures``: what is not a Plotly chart (token chips, the model's pipeline);
+- ``lens``: "who did it" (logit lens, direct logit attribution, patching);
+- ``initialisation``: the Initialisation page.
+"""
+from .base import (
+                   CHAR_EM,
+                   FONT,
+                   MASK_COLOR,
+                   MAX_TEXT_CELLS,
+                   MAX_TICKS,
+                   NONNEG_SCALE,
+                   PROB_SCALE,
+                   SIGNED_SCALE,
+                   TICK_FONT,
+                   WIDE_EM,
+                   axis,
+                   base_layout,
+                   color_args,
+                   figure,
+                   text_px,
+                   ticks,
+                   unique_labels,
+                   wrap,
+)
+from .charts import bar_chart, line_chart
+from .finishing import fixed_margins, styled
+from .heatmaps import (
+                   HEAD_SHORT,
+                   HIGHLIGHT,
+                   cell_points,
+                   head_grid,
+                   heatmap,
+                   outline_shapes,
+                   side_by_side,
+                   tiled_heatmap,
+                   token_grid,
+)
+from .pictures import architecture_dot, architecture_html, architecture_parts, token_chips_html
+
+__all__ = [
+    "CHAR_EM", "FONT", "HEAD_SHORT", "HIGHLIGHT", "MASK_COLOR", "MAX_TEXT_CELLS", "MAX_TICKS", "NONNEG_SCALE",
+    "PROB_SCALE", "SIGNED_SCALE", "TICK_FONT", "WIDE_EM",
+    "architecture_dot", "architecture_html", "architecture_parts", "axis", "bar_chart", "base_layout", "cell_points",
+    "color_args", "figure", "fixed_margins", "head_grid", "heatmap", "line_chart", "outline_shapes", "side_by_side",
+    "styled", "text_px", "ticks", "tiled_heatmap", "token_chips_html", "token_grid", "unique_labels", "wrap",
+]

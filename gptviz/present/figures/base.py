@@ -1,0 +1,105 @@
+"""The conventions every figure shares: fonts, colour scales, axes, the layout, label widths and the figure wrapper.
+
+The same on every chart:
+- signed values: a diverging scale centred on 0 (blue below, red above, white at 0);
+- probabilities: a fixed 0-to-1 scale;
+- non-negative values (a norm's divisor, a loss): a sequential scale from 0;
+- cells attention may not use are drawn grey and say "masked" in the hover, so they never look like 0;
+- fonts large enough for a projector, axes labelled with tokens.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import get_colorscale
+
+from ..descriptions import NONNEGATIVE, PROBABILITY
+
+FONT = dict(size=16)
+TICK_FONT = dict(size=14)
+MASK_COLOR = "#9a9a9a"
+# Explicit [position, colour] lists: a figure built without validation reaches plotly.js as is, and
+# plotly.js reads some scale names the other way round from Plotly for Python (and knows no "_r").
+SIGNED_SCALE = get_colorscale("RdBu_r")  # blue below 0, white at 0, red above
+PROB_SCALE = get_colorscale("Blues")  # white at 0, dark blue at 1
+NONNEG_SCALE = get_colorscale("Viridis")
+MAX_TEXT_CELLS = 400  # numbers in cells only for small tensors
+MAX_TICKS = 48
+# How wide a label is, without a browser: a character of an ASCII label is about 0.62 em wide; others up to 1 em.
+CHAR_EM, WIDE_EM = 0.62, 1.0
+
+
+def color_args(kind: str, values: np.ndarray) -> dict:
+    """Colour scale arguments for a kind of values (see the module doc)."""
+    finite = values[np.isfinite(values)]
+    if kind == PROBABILITY:
+        return dict(colorscale=PROB_SCALE, zmin=0.0, zmax=1.0)
+    if kind == NONNEGATIVE:
+        top = float(finite.max()) if finite.size else 1.0
+        return dict(colorscale=NONNEG_SCALE, zmin=0.0, zmax=top if top > 0 else 1.0)
+    m = float(np.abs(finite).max()) if finite.size else 1.0
+    m = m if m > 0 else 1.0
+    return dict(colorscale=SIGNED_SCALE, zmin=-m, zmax=m, zmid=0.0)
+
+
+def figure(data: list, layout: dict) -> go.Figure:
+    """A figure from plain trace and layout dicts, wrapped without validation.
+
+    Plotly's object model costs ~15 ms per heatmap, which a page of a dozen heatmaps cannot afford on every
+    rerun. Tests check the result."""
+    return go.Figure(dict(data=data, layout=layout), _validate=False)
+
+
+def ticks(labels: Sequence[str]) -> dict:
+    """Tick settings naming an axis's positions by ``labels``, at most ``MAX_TICKS`` of them shown."""
+    n = len(labels)
+    step = max(1, math.ceil(n / MAX_TICKS))
+    idx = list(range(0, n, step))
+    return dict(tickmode="array", tickvals=idx, ticktext=[labels[i] for i in idx], tickfont=TICK_FONT)
+
+
+def axis(title: str = "", reverse: bool = False, **extra) -> dict:
+    """An axis without grid or zero line; ``reverse`` puts the first row at the top."""
+    ax = dict(title=dict(text=title), showgrid=False, zeroline=False, **extra)
+    if reverse:
+        ax["autorange"] = "reversed"
+    return ax
+
+
+def base_layout(title: str, height: int, **extra) -> dict:
+    """The layout every chart starts from: its title, the projector fonts, small margins, a white plot."""
+    return dict(title=dict(text=title, font=dict(size=18)), font=FONT, height=height,
+                margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white", **extra)
+
+
+def unique_labels(labels: Sequence[str]) -> list[str]:
+    """Labels made distinct (a repeated token gets its index), so each can name a category on an axis."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, lab in enumerate(labels):
+        lab = str(lab)
+        out.append(lab if lab not in seen else f"{lab} [{i}]")
+        seen[lab] = 1
+    return out
+
+
+def wrap(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters at spaces (``<br>`` between lines), so two
+    titles side by side never run into each other."""
+    lines, cur = [], ""
+    for word in text.split(" "):
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    lines.append(cur)
+    return "<br>".join(lines)
+
+
+def text_px(label, size: float) -> float:
+    """The estimated width in pixels of ``label`` written at font ``size`` (see ``CHAR_EM``)."""
+    return sum(CHAR_EM if ord(c) < 128 else WIDE_EM for c in str(label)) * size

@@ -1,0 +1,135 @@
+"""Finishing a built figure: margins worked out from its labels, and every font scaled for presenter mode.
+
+Plotly's automatic margins measure every tick label in the browser and then draw the chart a second time:
+a third of the browser's drawing time on the attention page. ``fixed_margins`` works the margins out here
+from the labels instead (``base.text_px`` estimates a label's width).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import plotly.graph_objects as go
+
+from .base import FONT, figure, text_px
+
+
+def _axis_labels(lay: dict, key: str, data: list) -> list:
+    ax = lay.get(key) or {}
+    if ax.get("ticktext") is not None:
+        return list(ax["ticktext"])
+    letter, n = key[0], key[5:]
+    ref = letter + n
+    out = []
+    for t in data:
+        if (t.get(f"{letter}axis") or letter) != ref:
+            continue
+        vals = t.get(letter)
+        if vals is None and t.get("type") == "heatmap" and t.get("z") is not None:
+            z = t["z"]
+            count = len(z) if letter == "y" else (len(z[0]) if len(z) else 0)
+            vals = list(range(count))
+        if vals is None:
+            continue
+        vals = list(vals)
+        if vals and all(isinstance(v, str) for v in vals):
+            out += vals
+        elif vals:
+            nums = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(float(v))]
+            if nums:
+                lo, hi = min(nums), max(nums)
+                out += [f"{lo:.3g}", f"{hi:.3g}", "0.000"]  # numeric ticks: a few characters
+    return out
+
+
+def fixed_margins(fig: go.Figure, plot_width: int = 700) -> go.Figure:
+    """The same figure with margins worked out from its labels and Plotly's automatic margins off.
+
+    Charts with a legend are returned as they are (a legend's size is hard to guess). ``plot_width`` is the
+    width assumed when deciding whether x labels will be turned on their side.
+    """
+    lay = fig.layout.to_plotly_json() if hasattr(fig.layout, "to_plotly_json") else dict(fig.layout)
+    data = [t.to_plotly_json() if hasattr(t, "to_plotly_json") else dict(t) for t in fig.data]
+    legends = sum(1 for t in data
+                  if t.get("type") in ("scatter", "bar", "scattergl") and t.get("showlegend") is not False)
+    if legends >= 2 or lay.get("showlegend"):
+        return fig
+    base = float((lay.get("font") or {}).get("size") or 12)
+    m = dict(lay.get("margin") or {})
+    need = {"l": 10.0, "r": 10.0, "t": float(m.get("t", 60)), "b": 10.0}
+    axes = sorted(k for k in lay if re.fullmatch(r"[xy]axis\d*", k))
+    for t in data:  # axes used by traces but absent from the layout
+        for letter in "xy":
+            ref = t.get(f"{letter}axis") or letter
+            key = f"{letter}axis{ref[1:]}"
+            if key not in axes:
+                axes.append(key)
+    for key in axes:
+        ax = lay.get(key) or {}
+        if ax.get("visible") is False or ax.get("showticklabels") is False:
+            labels = []
+        else:
+            labels = _axis_labels(lay, key, data)
+        size = float((ax.get("tickfont") or {}).get("size") or base)
+        title = ax.get("title") or {}
+        title_text = title.get("text") if isinstance(title, dict) else title
+        title_px = (float((title.get("font") or {}).get("size") or base) * 1.4 + 8) if title_text else 0.0
+        widest = max((text_px(l, size) for l in labels), default=0.0)
+        if key[0] == "y":
+            side = "r" if ax.get("side") == "right" else "l"
+            need[side] = max(need[side], 10 + widest + 8 + title_px)
+        else:
+            dom = ax.get("domain") or [0, 1]
+            room = plot_width * max(0.1, dom[1] - dom[0]) / max(1, len(labels))
+            tall = size * 1.3
+            if labels and widest + 4 > room:  # crowded labels turn: by 45° when there is room, else on their side
+                angle = ax.get("tickangle")
+                if angle is None or angle == "auto":
+                    angle = -45 if room >= size * 1.5 else -90
+                    lay[key] = dict(ax, tickangle=angle)
+                turn = abs(math.sin(math.radians(float(angle))))
+                tall = widest * turn + size * (1.3 - turn)
+            side = "t" if ax.get("side") == "top" else "b"
+            extra = (tall + 8 + title_px) if labels or title_px else 0.0
+            need[side] = (need[side] + extra) if side == "t" else max(need[side], 10 + extra)
+    bars = [t for t in data if t.get("type") == "heatmap" and t.get("showscale") is not False]
+    if bars:
+        tick = max(float(((t.get("colorbar") or {}).get("tickfont") or {}).get("size") or base) for t in bars)
+        need["r"] = max(need["r"], 30 + 12 + text_px("-0.000", tick) + 16)
+    margin = {k: int(math.ceil(max(float(m.get(k, 0) or 0), v))) for k, v in need.items()}
+    margin.update({k: v for k, v in m.items() if k not in ("l", "r", "t", "b", "autoexpand")})
+    margin["autoexpand"] = False
+    lay["margin"] = margin
+    if bars and float(lay.get("height") or 450) - margin["t"] - margin["b"] < 8 * tick:
+        for t in bars:  # a short chart: its colour bar labels only its ends and middle, never overlapping
+            t["colorbar"] = dict(t.get("colorbar") or {}, nticks=3)
+    for key in axes:
+        lay[key] = dict(lay.get(key) or {}, automargin=False)
+    return figure(data, lay)
+
+
+def styled(fig: go.Figure, font_scale: float = 1.0, height_scale: float = 1.0) -> go.Figure:
+    """The same figure with every font (and optionally its height) scaled: presenter mode's larger chart
+    text. Works on this figure only; the module's defaults are never changed."""
+    if font_scale == 1.0 and height_scale == 1.0:
+        return fig
+    lay = fig.layout.to_plotly_json() if hasattr(fig.layout, "to_plotly_json") else dict(fig.layout)
+
+    def scale(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("font", "tickfont") and isinstance(v, dict) and "size" in v:
+                    v["size"] = round(v["size"] * font_scale)
+                scale(v)
+        elif isinstance(node, list):
+            for v in node:
+                scale(v)
+
+    lay.setdefault("font", {}).setdefault("size", FONT["size"])
+    scale(lay)
+    if height_scale != 1.0 and lay.get("height"):
+        lay["height"] = int(lay["height"] * height_scale)
+    data = [t.to_plotly_json() if hasattr(t, "to_plotly_json") else dict(t) for t in fig.data]
+    scale(data)
+    return figure(data, lay)
+

@@ -1,0 +1,240 @@
+"""Heatmaps: one step's matrix, a grid of heads' patterns, two patterns side by side, and grids of labelled cells.
+
+Pure functions: arrays and labels in, a figure out, with the conventions of ``base``.
+"""
+from __future__ import annotations
+
+import html
+from typing import Optional, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ..descriptions import PROBABILITY
+from ..matrices import Matrix
+from .base import (
+    CHAR_EM,
+    MASK_COLOR,
+    MAX_TEXT_CELLS,
+    PROB_SCALE,
+    TICK_FONT,
+    axis,
+    base_layout,
+    color_args,
+    figure,
+    ticks,
+    unique_labels,
+    wrap,
+)
+
+
+def _height(n_rows: int) -> int:
+    """A heatmap's height in pixels for ``n_rows`` rows, kept between 260 and 720."""
+    return int(min(720, max(260, 30 * n_rows + 150)))
+
+
+def _mask_trace(masked: np.ndarray, x=None, y=None, **extra) -> dict:
+    """A grey heatmap over the ``masked`` cells, its hover saying "masked" (so a masked cell never looks like 0)."""
+    t = dict(type="heatmap", z=np.where(masked, 1.0, np.nan), showscale=False, name="masked", hoverongaps=False,
+             colorscale=[[0, MASK_COLOR], [1, MASK_COLOR]], zmin=0, zmax=1, hovertemplate="masked<extra></extra>")
+    if x is not None:
+        t["x"], t["y"] = x, y
+    t.update(extra)
+    return t
+
+
+def cell_points(xs: Sequence, ys: Sequence, hover: Sequence[Sequence[str]]) -> dict:
+    """An invisible point at the centre of every cell of a heatmap, carrying that cell's hover text.
+
+    plotly.js cannot select a heatmap cell (a heatmap trace has no point selection), so in Streamlit's
+    ``selection_mode="points"`` a click on a heatmap alone returns no point. A click on a cell selects this
+    cell's point instead: its ``x`` and ``y`` are the cell's column and row. ``hover[r][c]`` is cell (r, c)'s
+    hover text (the heatmap's own hover is switched off, so there is one label, the same as before)."""
+    R, C = len(ys), len(xs)
+    return dict(type="scatter", mode="markers", name="cells", showlegend=False,
+                x=[xs[c] for r in range(R) for c in range(C)], y=[ys[r] for r in range(R) for c in range(C)],
+                text=[hover[r][c] for r in range(R) for c in range(C)], hovertemplate="%{text}<extra></extra>",
+                marker=dict(symbol="square", size=28, opacity=0), selected=dict(marker=dict(opacity=0)),
+                unselected=dict(marker=dict(opacity=0)))
+
+
+def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_title: str = "",
+            height: Optional[int] = None, highlight_row: Optional[int] = None,
+            highlight_col: Optional[int] = None, clickable: bool = False) -> go.Figure:
+    """One step as a heatmap: rows are positions (tokens), columns whatever the step's last axis is.
+
+    Each row and column is a category named by its hover label (e.g. "3: 'the'"), so tokens that repeat
+    stay distinct cells; the ticks show the plain token. ``clickable``: a click on a cell selects it in
+    Streamlit's points selection mode (see ``cell_points``).
+    """
+    z = np.asarray(m.values, dtype=float)
+    nr, nc = z.shape
+    xs = unique_labels(m.hover_cols or m.cols)
+    ys = unique_labels(m.hover_rows or m.rows)
+    main = dict(type="heatmap", z=z, x=xs, y=ys, colorbar=dict(title=dict(text=colorbar_title), tickfont=TICK_FONT),
+                hovertemplate=f"{m.row_title or 'row'} %{{y}}<br>{m.col_title or 'column'} %{{x}}<br>"
+                              f"value %{{z:.4g}}<extra></extra>",
+                **color_args(m.kind, z))
+    if show_values and nr * nc <= MAX_TEXT_CELLS:
+        main["texttemplate"] = "%{z:.2f}"
+        main["textfont"] = dict(size=12)
+    data = [main]
+    if m.masked is not None and m.masked.any():
+        data.append(_mask_trace(m.masked, xs, ys, hovertemplate=(
+            f"{m.row_title} %{{y}}<br>{m.col_title} %{{x}}<br>"
+            "masked: this key is in the future or is padding<extra></extra>")))
+    if m.note:
+        title = f"{title} <span style='font-size:13px'>({m.note})</span>" if title else m.note
+    xt, yt = ticks(m.cols), ticks(m.rows)
+    xt["tickvals"] = [xs[i] for i in xt["tickvals"]]
+    yt["tickvals"] = [ys[i] for i in yt["tickvals"]]
+    layout = base_layout(title, height or _height(nr),
+                         xaxis=axis(m.col_title, type="category", **xt),
+                         yaxis=axis(m.row_title, reverse=True, type="category", **yt))
+    shapes = outline_shapes(nr, nc, highlight_row, highlight_col)
+    if shapes:
+        layout["shapes"] = shapes
+    if clickable:
+        rt, ct = m.row_title or "row", m.col_title or "column"
+        masked = m.masked if m.masked is not None else np.zeros(z.shape, dtype=bool)
+        hover = [[f"{rt} {ys[r]}<br>{ct} {xs[c]}<br>" + ("masked: this key is in the future or is padding"
+                                                          if masked[r, c] else f"value {z[r, c]:.4g}")
+                  for c in range(nc)] for r in range(nr)]
+        for t in data:
+            t["hoverinfo"] = "skip"
+        data.append(cell_points(xs, ys, hover))
+    return figure(data, layout)
+
+
+HIGHLIGHT = "#111111"
+
+
+def outline_shapes(n_rows: int, n_cols: int, row: Optional[int] = None, col: Optional[int] = None) -> list[dict]:
+    """Rectangles outlining one row and/or one column of a heatmap (a selected query and key)."""
+    out = []
+    line = dict(color=HIGHLIGHT, width=3)
+    if row is not None and 0 <= row < n_rows:
+        out.append(dict(type="rect", xref="x", yref="y", x0=-0.5, x1=n_cols - 0.5, y0=row - 0.5, y1=row + 0.5,
+                        line=line, fillcolor="rgba(0,0,0,0)", name="selected query"))
+    if col is not None and 0 <= col < n_cols:
+        out.append(dict(type="rect", xref="x", yref="y", x0=col - 0.5, x1=col + 0.5, y0=-0.5, y1=n_rows - 0.5,
+                        line=dict(color=HIGHLIGHT, width=3, dash="dot"), fillcolor="rgba(0,0,0,0)",
+                        name="selected key"))
+    return out
+
+
+def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[str], col_names: Sequence[str],
+                  kind: str = PROBABILITY, title: str = "", masked: Optional[np.ndarray] = None,
+                  height: Optional[int] = None) -> go.Figure:
+    """A grid of equal-sized matrices in one heatmap (fast even for 12 × 12 heads), one-cell gaps between.
+
+    blocks[r][c]: (T, T), or (T, S) for cross-attention (decoder rows × encoder columns). ``masked`` (of a
+    tile's shape) is drawn grey in every tile.
+    """
+    R, C = len(blocks), len(blocks[0])
+    T, S = np.asarray(blocks[0][0]).shape[:2]
+    g, gc = T + 1, S + 1
+    big = np.full((R * g - 1, C * gc - 1), np.nan)
+    mask_big = np.zeros_like(big, dtype=bool)
+    for r in range(R):
+        for c in range(C):
+            tile = np.asarray(blocks[r][c], dtype=float)
+            if masked is not None:
+                mask_big[r * g:r * g + T, c * gc:c * gc + S] = masked
+                tile = np.where(masked, np.nan, tile)
+            big[r * g:r * g + T, c * gc:c * gc + S] = tile
+    data = [dict(type="heatmap", z=big, hovertemplate="value %{z:.3f}<extra></extra>",
+                 colorbar=dict(tickfont=TICK_FONT), **color_args(kind, big))]
+    if mask_big.any():
+        data.append(_mask_trace(mask_big))
+    layout = base_layout(title, height or int(min(900, max(300, 60 + R * max(90, 8 * g)))),
+                         xaxis=axis(tickmode="array", tickvals=[c * gc + (S - 1) / 2 for c in range(C)],
+                                    ticktext=list(col_names), tickfont=TICK_FONT),
+                         yaxis=axis(reverse=True, tickmode="array", tickvals=[r * g + (T - 1) / 2 for r in range(R)],
+                                    ticktext=list(row_names), tickfont=TICK_FONT))
+    return figure(data, layout)
+
+
+def side_by_side(left: Matrix, right: Matrix, left_title: str, right_title: str,
+                 height: Optional[int] = None) -> go.Figure:
+    """Two same-shaped matrices next to each other on one colour scale (e.g. a plain average vs a learned pattern)."""
+    both = np.concatenate([left.values[np.isfinite(left.values)], right.values[np.isfinite(right.values)]])
+    ca = color_args(left.kind, both)
+    data, layout = [], base_layout("", height or int(min(640, max(300, 28 * len(left.rows) + 140))))
+    layout["annotations"] = []
+    for i, (m, t) in enumerate(((left, left_title), (right, right_title)), start=1):
+        sfx = "" if i == 1 else str(i)
+        x0, x1 = (0.0, 0.44) if i == 1 else (0.52, 0.96)
+        data.append(dict(type="heatmap", z=m.values, xaxis=f"x{sfx}", yaxis=f"y{sfx}", showscale=i == 2,
+                         hovertemplate="query %{y} · key %{x}<br>%{z:.3f}<extra></extra>",
+                         colorbar=dict(tickfont=TICK_FONT), **ca))
+        if m.masked is not None and m.masked.any():
+            data.append(_mask_trace(m.masked, xaxis=f"x{sfx}", yaxis=f"y{sfx}"))
+        layout[f"xaxis{sfx}"] = axis("key", domain=[x0, x1], anchor=f"y{sfx}", **ticks(m.cols))
+        layout[f"yaxis{sfx}"] = axis("query" if i == 1 else "", reverse=True, anchor=f"x{sfx}", **ticks(m.rows))
+        layout["annotations"].append(dict(text=wrap(t, 30), x=(x0 + x1) / 2, y=1.0, xref="paper", yref="paper",
+                                          yanchor="bottom", showarrow=False, font=dict(size=15)))
+    layout["margin"] = dict(l=10, r=10, t=80, b=10)  # room for two-line subplot titles
+    return figure(data, layout)
+
+
+def token_grid(tokens: Sequence[Sequence[str]], ids: np.ndarray, mask: np.ndarray, title: str = "",
+               ignore_label: str = "—") -> go.Figure:
+    """A B×T grid of tokens (e.g. x or y): each cell shows its token and id; padding is grey.
+
+    ids: (B, T), -100 where there is no target; mask: (B, T) 1 for a real cell, 0 for padding.
+    """
+    ids = np.asarray(ids)
+    B, T = ids.shape
+    real = (np.asarray(mask) > 0) & (ids >= 0)
+    text = [[(f"{html.escape(tokens[b][t])}<br>{int(ids[b, t])}" if real[b, t] else ignore_label) for t in range(T)]
+            for b in range(B)]
+    xs, ys = list(range(T)), list(range(B))
+    data = [dict(type="heatmap", z=np.where(real, 1.0, np.nan), x=xs, y=ys, colorscale=[[0, "#dbe8fb"], [1, "#dbe8fb"]],
+                 showscale=False, text=text, texttemplate="%{text}", textfont=dict(size=15), xgap=3, ygap=3,
+                 hovertemplate="row %{y}, position %{x}<br>%{text}<extra></extra>")]
+    if (~real).any():
+        data.append(dict(type="heatmap", z=np.where(real, np.nan, 1.0), x=xs, y=ys, showscale=False, xgap=3, ygap=3,
+                         colorscale=[[0, "#d0d0d0"], [1, "#d0d0d0"]], text=text, texttemplate="%{text}",
+                         hovertemplate="row %{y}, position %{x}: padding / no target<extra></extra>"))
+    layout = base_layout(title, int(min(600, 90 + 62 * B)),
+                         xaxis=axis("position t", tickmode="array", tickvals=xs, ticktext=[str(t) for t in xs],
+                                    tickfont=TICK_FONT),
+                         yaxis=axis("batch row b", reverse=True, tickmode="array", tickvals=ys,
+                                    ticktext=[str(b) for b in ys], tickfont=TICK_FONT))
+    return figure(data, layout)
+
+
+HEAD_SHORT = {"previous": "prev", "induction": "ind", "duplicate": "dup", "first": "1st", "current": "self"}
+
+
+def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Optional[np.ndarray] = None,
+              height: Optional[int] = None) -> go.Figure:
+    """Layer × head: each cell coloured by its best score (0..1) and labelled with that kind of head.
+
+    best, labels: (n_layer, n_head); ``hover`` (n_layer, n_head) strings with every score, for the tooltip.
+    """
+    best = np.asarray(best, dtype=float)
+    L, H = best.shape
+    # The grid usually sits in half a page (about 300 px of cells): the words shrink to fit their cell,
+    # and become short forms when even 11 px would not fit. Every cell prints its score, so no colour bar.
+    words = [[str(labels[l, h]) for h in range(H)] for l in range(L)]
+    longest = max((len(w) for row in words for w in row), default=1)
+    size = int(min(14, 300 / H / (CHAR_EM * max(longest, 4))))
+    if size < 11:
+        words = [[HEAD_SHORT.get(w, w[:4]) for w in row] for row in words]
+        size = int(max(9, min(14, 300 / H / (CHAR_EM * 4))))
+    text = [[f"{words[l][h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
+    xs, ys = [f"H{h}" for h in range(H)], [f"L{l}" for l in range(L)]
+    main = dict(type="heatmap", z=best, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=size),
+                showscale=False, colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2, hoverinfo="skip")
+    text = [[f"{labels[l, h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
+    tips = hover if hover is not None else np.array(text, dtype=object)
+    # a click on a cell selects its (invisible) point: a heatmap alone cannot be point-selected (see cell_points)
+    cells = cell_points(xs, ys, [[f"layer {ys[l]} · head {xs[h]}<br>{tips[l][h]}" for h in range(H)] for l in range(L)])
+    layout = base_layout(title, height or int(min(560, max(220, 70 * L + 120))),
+                         xaxis=axis("", type="category", side="top"),
+                         yaxis=axis("layer", reverse=True, type="category"))
+    layout["margin"] = dict(l=10, r=10, t=80, b=10)
+    layout["title"]["y"] = 0.98  # above the head labels, which sit on top
+    return figure([main, cells], layout)
