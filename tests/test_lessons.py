@@ -8,10 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz import trace
-from gptviz.present import lessons as L
+from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
 from gptviz.interp.head_detector import repeated_probe
+from gptviz.present import lessons as L
 
 SHIPPED = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
            "05_logits_to_text"]
@@ -162,7 +161,8 @@ def test_uniform_loss_is_ln_v_of_the_live_vocabulary(run):
     cfg = preset("default", vocab_size=tok0.vocab_size)
     bb = encode_batch(tok0, TEXT, cfg.block_size)
     tr0 = trace(GPT(cfg), bb.x, targets=bb.y, attention_mask=bb.attention_mask)
-    assert L.ask({"kind": "uniform_loss"}, L.live_from_trace(tr0, tok0)).value == pytest.approx(math.log(tok0.vocab_size))
+    assert (L.ask({"kind": "uniform_loss"}, L.live_from_trace(tr0, tok0)).value
+            == pytest.approx(math.log(tok0.vocab_size)))
 
 
 def test_greedy_next_is_the_argmax_of_the_next_token_distribution(run):
@@ -237,7 +237,8 @@ def test_best_head_by_hand_on_a_trained_model():
     live = L.live_from_trace(tr, tok, model=model)
     cfg = model.config
     # previous-token: the mean weight on t-1, from the recorded patterns
-    prev = np.array([[np.mean([float(tr[f"blocks.{l}.attn.hook_pattern"][0, h, t, t - 1]) for t in range(1, live.n_pos)])
+    prev = np.array([[np.mean([float(tr[f"blocks.{l}.attn.hook_pattern"][0, h, t, t - 1])
+                               for t in range(1, live.n_pos)])
                       for h in range(cfg.n_head)] for l in range(cfg.n_layer)])
     q = L.ask({"kind": "best_head", "behaviour": "previous"}, live)
     assert q.value == np.unravel_index(prev.argmax(), prev.shape)

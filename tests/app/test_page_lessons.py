@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from apphelp import ROOT, chart, set_sidebar
 from streamlit.testing.v1 import AppTest
 
-from apphelp import ROOT, chart, set_sidebar
-from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz import trace
+from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
+from gptviz.interp.head_detector import repeated_probe
 from gptviz.present import lessons as L
 from gptviz.text.batches import DEFAULT_PROMPT
-from gptviz.interp.head_detector import repeated_probe
 
 PAGE = str(ROOT / "app_pages" / "lessons.py")
 TIMEOUT = 180

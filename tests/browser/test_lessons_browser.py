@@ -6,7 +6,7 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-from kit import SHOTS, browser, server  # noqa: E402,F401 - the fixtures, imported
+from kit import SHOTS, browser, server  # noqa: F401 - the fixtures, imported
 
 PROJECTOR = {"width": 1280, "height": 720}
 

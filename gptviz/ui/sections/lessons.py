@@ -1,0 +1,272 @@
+"""The Lessons page's sections: the lesson picker, the step's title with the arrow keys, the step on the live model.
+
+Each lesson is a TOML file in lessons/ (see gptviz.present.lessons). A step pins its own settings without touching
+the sidebar or the address bar, draws a registered section (or any hook) and may ask the class a question whose
+answer is computed from the live trace. Presenter mode (``?present=1``) collapses the sidebar and makes the text and
+the charts larger. The page's state lives in ``st.session_state`` under its ``key`` ("lessons"): ``.present``,
+``.pick``, ``.pos`` (lesson id -> step index), ``.revealed``, ``.answer`` and ``.url``.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import streamlit as st
+
+from ...present import lessons
+from ...present.page_context import pinned, resolve
+from .. import resources
+from ..page import show_notices
+from . import FAILED, get, load_all, section
+
+PAGE_KEY = "lessons"  # the Lessons page's prefix in st.session_state and of its widget keys
+PRESENT_STYLE = {"font_scale": 1.5, "max_height": 440}
+STATIC = Path(__file__).resolve().parents[1] / "static"
+PRESENT_MARKER = "/* presenter mode */"
+
+
+def _style_block(css: str) -> str:
+    """CSS rules as one <style> block for st.markdown: comments and blank lines dropped."""
+    rules = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    return "\n<style>\n" + "\n".join(line for line in rules.splitlines() if line.strip()) + "\n</style>\n"
+
+
+_ALWAYS_CSS, _PRESENT_CSS = (STATIC / "lessons.css").read_text(encoding="utf-8").split(PRESENT_MARKER)
+LESSON_CSS = _style_block(_ALWAYS_CSS)  # the step counter
+PRESENT_CSS = _style_block(_PRESENT_CSS)  # presenter mode: larger text, less padding
+SCROLL_TOP_JS = (STATIC / "scroll_top.js").read_text(encoding="utf-8").strip()
+
+
+@dataclass
+class Place:
+    """Where the class is: the lesson shown, its step (0-based) and whether presenter mode is on."""
+
+    lesson: lessons.Lesson
+    i: int
+    present: bool
+
+    @property
+    def n(self) -> int:
+        return len(self.lesson.steps)
+
+    @property
+    def step(self) -> lessons.Step:
+        return self.lesson.steps[self.i]
+
+
+# ------------------------------------------------------------------ keys: ← →, and a new step starts at the top
+def arrow_keys(prev_box, next_box, *, key: str, shown: str, on_move: Callable[[int], None], first: bool,
+               last: bool) -> None:
+    """The one place for keys: ← and → press the Previous and Next buttons (drawn in ``prev_box`` and
+    ``next_box``; ``on_move(-1 or +1)`` when pressed), and when ``shown`` (what is on the screen) differs from
+    the last rerun's, a script scrolls back to the top (Streamlit keeps the scroll position between reruns)."""
+    prev_box.button("◀ Previous", key=f"{key}.prev", on_click=on_move, args=(-1,), disabled=first,
+                    shortcut="ArrowLeft", width="stretch")
+    next_box.button("Next ▶", key=f"{key}.next", on_click=on_move, args=(1,), disabled=last,
+                    shortcut="ArrowRight", width="stretch")
+    if st.session_state.get(f"{key}.shown") != shown:
+        st.session_state[f"{key}.shown"] = shown
+        st.html(f"<script>/* {shown} */\n{SCROLL_TOP_JS}</script>", unsafe_allow_javascript=True)
+
+
+# ------------------------------------------------------------------ the address bar: presenter mode, lesson, step
+def presenter_mode(*, key: str = PAGE_KEY) -> bool:
+    """Presenter mode, the lesson and the step from the address bar (``?present=1&lesson=…&lstep=…``), and the
+    page config that goes with it. Call before page_setup, which rewrites the address bar with the shared
+    settings only."""
+    url = st.query_params.to_dict()
+    last = st.session_state.get(f"{key}.url")
+    if last is None or url.get("present") not in (None, last.get("present")):
+        if "present" in url or last is None:
+            st.session_state[f"{key}.present"] = url.get("present", "0").lower() in ("1", "true", "yes", "on")
+    if last is None or url.get("lesson") not in (None, last.get("lesson")):
+        if url.get("lesson"):
+            st.session_state[f"{key}.want"] = (url["lesson"], url.get("lstep"))
+    present = bool(st.session_state.get(f"{key}.present", False))
+    st.set_page_config(initial_sidebar_state="collapsed" if present else "auto")
+    return present
+
+
+def use_stylesheet(present: bool) -> None:
+    """The lesson CSS, and presenter mode's when it is on."""
+    st.markdown(LESSON_CSS + (PRESENT_CSS if present else ""), unsafe_allow_html=True)
+
+
+def keep_address_bar(place: Place, *, key: str = PAGE_KEY) -> None:
+    """Write presenter mode, the lesson and the step (1-based) into the address bar, so a link reopens them."""
+    state = {"present": "1" if place.present else None, "lesson": place.lesson.id, "lstep": str(place.i + 1)}
+    try:
+        for k, v in state.items():
+            if v is None:
+                if k in st.query_params:
+                    del st.query_params[k]
+            elif st.query_params.get(k) != v:
+                st.query_params[k] = v
+    except Exception:  # no address bar outside a browser (a test, a script)
+        pass
+    st.session_state[f"{key}.url"] = state
+
+
+# ------------------------------------------------------------------ callbacks
+def _move(key: str, lid: str, n: int, delta: int) -> None:
+    pos = st.session_state[f"{key}.pos"]
+    pos[lid] = max(0, min(pos.get(lid, 0) + delta, n - 1))
+
+
+def _reveal(key: str, lid: str, i: int) -> None:
+    st.session_state[f"{key}.revealed"].add((lid, i))
+
+
+def _ask_again(key: str, lid: str, i: int) -> None:
+    st.session_state[f"{key}.revealed"].discard((lid, i))
+    st.session_state.pop(f"{key}.answer.{lid}.{i}", None)
+
+
+# ------------------------------------------------------------------ sections
+@section("lessons.picker")
+def picker(ctx, *, key: str = PAGE_KEY) -> Place:
+    """Every lesson in lessons/ (a message for each file that does not load), the lesson picker, the step
+    counter and the presenter-mode toggle. Returns where the class is; stops the page if there is no lesson."""
+    views = load_all()
+    found, problems = lessons.load_folder(lessons.LESSONS_DIR, views)
+    by_id = {les.id: les for les in found}
+    if problems:
+        st.warning("Some lesson files could not be loaded; the others work:\n\n"
+                   + "\n".join(f"- `{p}`" for p in problems), icon="📄")
+    if FAILED:
+        st.caption("Sections that could not be loaded: " + "; ".join(f"{m}: {e}" for m, e in FAILED.items()))
+    if not found:
+        st.info(f"No lessons found in `{lessons.LESSONS_DIR}`: add a .toml file there (see the README).")
+        st.stop()
+
+    pos = st.session_state.setdefault(f"{key}.pos", {})  # lesson id -> step index
+    st.session_state.setdefault(f"{key}.revealed", set())  # (lesson id, step index)
+    want = st.session_state.pop(f"{key}.want", None)
+    if want and want[0] in by_id:
+        st.session_state[f"{key}.pick"] = want[0]
+        try:
+            pos[want[0]] = int(want[1]) - 1 if want[1] else pos.get(want[0], 0)
+        except ValueError:
+            pass
+    if st.session_state.get(f"{key}.pick") not in by_id:
+        st.session_state[f"{key}.pick"] = found[0].id
+
+    top = st.columns([3, 4, 2.4], vertical_alignment="center")
+    lid = top[0].selectbox("Lesson", [les.id for les in found], key=f"{key}.pick", label_visibility="collapsed",
+                           format_func=lambda x: f"{found.index(by_id[x]) + 1}. {by_id[x].title}")
+    lesson = by_id[lid]
+    n = len(lesson.steps)
+    i = pos[lid] = max(0, min(int(pos.get(lid, 0)), n - 1))
+    top[1].markdown(f"<div class='lesson-counter' data-testid='lesson-counter'>Step {i + 1} of {n} · "
+                    f"{lesson.title}</div>", unsafe_allow_html=True)
+    top[2].toggle("Presenter mode", key=f"{key}.present", help="Sidebar collapsed, larger text and charts, one step "
+                  "per screen for a 1280×720 projector. Kept in the address bar (?present=1). ← and → move between "
+                  "steps.")
+    return Place(lesson, i, bool(st.session_state.get(f"{key}.present", False)))
+
+
+@section("lessons.heading")
+def heading(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
+    """The step's title between the Previous and Next buttons (← and →), and the lesson's summary on its first
+    step (outside presenter mode)."""
+    nav = st.columns([1.4, 6, 1.4], vertical_alignment="center")
+    nav[1].markdown(f"## {place.step.title}")
+    lid = place.lesson.id
+    arrow_keys(nav[0], nav[2], key=key, shown=f"{lid}.{place.i}", on_move=partial(_move, key, lid, place.n),
+               first=place.i == 0, last=place.i == place.n - 1)
+    if place.i == 0 and place.lesson.summary and not place.present:
+        st.caption(place.lesson.summary)
+
+
+def _draw(view: str, c, key: str, options: dict, highlight=None) -> bool:
+    """Draw a view (a section, or a hook through the "step" section); True if it drew the highlight."""
+    fn = get("step") if lessons.is_hook(view) else get(view)
+    kw = dict(options)
+    if lessons.is_hook(view):
+        kw["hook"] = view
+    params = inspect.signature(fn).parameters
+    if highlight is not None and "highlight" in params:
+        kw["highlight"] = highlight
+    if "prompt" in params and "prompt" not in kw:  # what the model reads: the text as it was tokenised
+        kw["prompt"] = c.tok.decode(c.batch.x[c.b, : c.n_pos].tolist())
+    return fn(c, key=key, **kw) is True
+
+
+def _question(key: str, place: Place, question: lessons.Question, is_revealed: bool) -> None:
+    """The question, the class's answer, and Reveal (or, once revealed, whether they were right and Ask again)."""
+    lid, i = place.lesson.id, place.i
+    st.markdown(f"**{question.prompt}**")
+    pick = st.radio("Your answer", list(range(len(question.choices))), index=None, key=f"{key}.answer.{lid}.{i}",
+                    format_func=lambda j: question.choices[j], label_visibility="collapsed", horizontal=True)
+    if not is_revealed:
+        st.button("Reveal", key=f"{key}.reveal.{lid}.{i}", type="primary", on_click=_reveal, args=(key, lid, i),
+                  disabled=pick is None, help="Pick an answer first: commit, then see the truth.")
+        if pick is None:
+            st.caption("Pick an answer first, then reveal it.")
+        return
+    if pick is not None:
+        st.markdown(("**Right!**" if pick == question.correct else
+                     f"Not quite: the answer is **{question.answer}**.") + " It comes from the live model: "
+                    "change the text or the model and it changes with it.")
+    st.session_state[f"{key}.answer"] = {"lesson": lid, "step": i, "kind": place.step.question["kind"],
+                                         "prompt": question.prompt, "answer": question.answer,
+                                         "value": question.value}
+    st.button("Ask again", key=f"{key}.again.{lid}.{i}", on_click=_ask_again, args=(key, lid, i))
+
+
+@section("lessons.step")
+def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
+    """The step on the live model with its own settings pinned: its text and question on the left, its view on
+    the right (with the revealed answer above it, marked on the figure)."""
+    lesson, i, step = place.lesson, place.i, place.step
+    overrides, notes = lessons.overrides(lesson, step)
+    sctx, step_notices = resolve(pinned(ctx.s, **overrides), resources)
+    sctx.style = dict(PRESENT_STYLE) if place.present else {}
+    question, unavailable = None, ""
+    if step.question:
+        live_q = lessons.Live(sctx.trace(), sctx.labels(), sctx.vocab_labels(), sctx.b, sctx.layer, sctx.head or 0,
+                              sctx.model, sctx.tok, sctx.scored_y)
+        try:
+            question = lessons.ask(step.question, live_q)
+        except lessons.QuestionUnavailable as exc:
+            unavailable = str(exc)
+    is_revealed = question is not None and (lesson.id, i) in st.session_state[f"{key}.revealed"]
+
+    left, right = st.columns([2, 3], gap="large")
+    with left:
+        st.markdown(step.text)
+        for note in notes:
+            st.caption(note)
+        show_notices(step_notices)
+        if unavailable:
+            st.info(f"This step's question can't be asked of this model and text: {unavailable}.")
+        if question is not None:
+            _question(key, place, question, is_revealed)
+
+    with right:
+        vkey = f"L.{lesson.id}.{i}"
+        if is_revealed:
+            st.success(f"**Answer: {question.answer}**  \n{question.explanation}", icon=":material/check_circle:")
+            box = st.container()  # above the step's view: the answer is the first thing the class sees
+            # the answer on the step's own figure if it can show it, else on the figure that does
+            if not _draw(step.view, sctx, vkey, step.options, question.highlight) and question.view:
+                actx = sctx
+                if question.settings:
+                    actx, _ = resolve(pinned(sctx.s, **question.settings), resources)
+                    actx.style = sctx.style
+                with box:
+                    _draw(question.view, actx, vkey + ".answer", question.options, question.highlight)
+                    st.divider()
+        else:
+            _draw(step.view, sctx, vkey, step.options)
+
+
+@section("lessons.footer")
+def footer(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
+    """Which step this is, and how to move on and to turn presenter mode on."""
+    st.caption(f"Step {place.i + 1} of {place.n} · ← and → move between steps" + (
+        "" if place.present else " · presenter mode: the toggle at the top, or ?present=1 in the address"))
