@@ -5,33 +5,18 @@ import streamlit as st
 from gptviz.ui import page_setup, state
 from gptviz.ui.nav import link
 from gptviz.ui.sections import attention as sec
+from gptviz.ui.sections import source
 
 ctx = page_setup("Attention", ":material/visibility:")
-s = ctx.s
 seq2seq = ctx.cfg.n_enc_layer >= 0
-src = state.use_source(ctx)  # the encoder's input, for a model with an encoder (None otherwise)
+state.use_source(ctx)  # the encoder's input, for a model with an encoder (None otherwise)
 st.title(f"Attention · layer {ctx.layer} · " + ("all heads" if ctx.head is None else f"head {ctx.head}"))
 st.caption("Choose the layer and head in the sidebar" + ("" if seq2seq else ", or click a head in the grid") +
            ". Grey cells are masked: attention may not look there.")
 
 kind = "self"
 if seq2seq:
-    if ctx.cfg.n_enc_layer > 0:
-        wkey = "att.source"
-        if st.session_state.get(wkey) != s.get(state.SOURCE):
-            st.session_state[wkey] = s.get(state.SOURCE, "")
-        reverse = state.model_task(ctx) == "reverse"
-        st.text_area("Source: what the encoder reads (each line is one row of the batch)", key=wkey, height=68,
-                     on_change=state.set_source, args=(s, wkey, ctx),
-                     help="The decoder's text is in the sidebar" + (
-                         ": for the reverser it follows from the source, `^` then the letters backwards so far "
-                         "(teacher forcing)." if reverse else "."))
-        for note in state.source_notes(ctx):
-            st.info(note, icon="✂️")
-    else:
-        st.caption(f"This model has no encoder: cross-attention reads a fixed random tensor of {ctx.cfg.enc_len} "
-                   f"positions × {ctx.cfg.n_embd} (seed {ctx.cfg.seed}), as in the teaching material. Its columns are "
-                   f"encoder positions enc 0 … enc {ctx.cfg.enc_len - 1}.")
+    source.source_input(ctx, key="att")
     kind = sec.attention_kind(ctx, key="att.kind")
     st.caption("**Self-attention**: each decoder position looks at itself and earlier decoder positions (T × T). "
                "**Cross-attention**: each decoder position looks at every encoder position (T × S): keys and values "

@@ -10,7 +10,8 @@ if not decoder_only(ctx, "The Initialisation page"):
     st.stop()
 st.title("Initialisation")
 st.caption("Every chart here builds fresh, untrained models of your shape (same seed) at different weight scales "
-           "(init_std) and runs them on your text. Change the shape or the text in the sidebar and watch the facts hold.")
+           "(init_std) and runs them on your text. Change the shape or the text in the sidebar and watch the "
+           "facts hold.")
 
 st.header("1 · The first loss should be ln V")
 sec.loss_sweep(ctx, key="sweep")

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from apphelp import array, chart, charts, ok, page, set_sidebar
 
 
@@ -28,8 +27,7 @@ def test_choosing_another_step():
 def _engine_trace_with_head_off(layer: int, head: int):
     """The page's default model and text, traced with gradients and a hand-written edit that switches a head off
     (not the app's edit specs), as an independent reference."""
-    from gptviz import GPT, encode_batch, get_tokenizer, preset
-    from gptviz import trace
+    from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
     from gptviz.text.batches import DEFAULT_PROMPT
 
     tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)

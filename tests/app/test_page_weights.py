@@ -1,8 +1,8 @@
 import os
 
 import torch
-
 from apphelp import messages, ok, page
+
 from gptviz import GPT, ModelConfig
 from gptviz.model.checkpoint import checkpoint_bytes
 

@@ -1,0 +1,121 @@
+"""The Model & weights page's sections: which model the pages show, and the ways to change it (a shipped
+checkpoint, an uploaded file, GPT-2 from the hub), and to download it."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ...model.checkpoint import checkpoint_bytes, load_checkpoint
+from ...model.hook_names import act_name
+from ...present.page_context import CKPT_PREFIX
+from ...run import edits as edit_specs
+from .. import resources
+from ..widgets import step_heatmap
+from . import section
+
+
+def _use(ctx, model_key: str, text: str = "") -> None:
+    """Make the registered model ``model_key`` the one every page shows (with its example text, if any)."""
+    s = ctx.s
+    s["model_key"] = model_key
+    s["edits"], s["id_edits"] = edit_specs.empty(), {}
+    if text:
+        s["text"] = text
+    st.rerun()
+
+
+@section("weights.current")
+def current(ctx, *, key: str = "wt") -> None:
+    """The model the pages show: its name and shape, its attention, and the way back to the configurable one."""
+    s = ctx.s
+    label = (ctx.entry.label if ctx.entry is not None
+             else f"the configurable model (preset: {s['preset']}, seed {ctx.cfg.seed})")
+    st.markdown(f"The pages now show **{label}**: {ctx.model.num_params():,} parameters, "
+                f"{ctx.cfg.n_layer} layer(s) × {ctx.cfg.n_head} head(s), n_embd={ctx.cfg.n_embd}, "
+                f"vocabulary {ctx.cfg.vocab_size:,}.")
+    step_heatmap(ctx, act_name("pattern", ctx.layer), head=ctx.head or 0, key=key, height=360,
+                 with_downloads=False)
+    if ctx.entry is not None and st.button("Back to the configurable model"):
+        s["model_key"] = None
+        s["preset"] = "default" if str(s["preset"]).startswith(CKPT_PREFIX) else s["preset"]
+        st.rerun()
+
+
+@section("weights.shipped")
+def shipped(ctx, *, key: str = "wt") -> None:
+    """Every shipped checkpoint with its size, accuracy, example and training command, and a button to use it."""
+    st.markdown("Small models trained by `python -m gptviz.train` and saved with gptviz. "
+                "They load offline in a moment.")
+    for name in resources.shipped_names():
+        try:
+            model_key = resources.shipped_checkpoint(name)
+        except ValueError as exc:
+            st.warning(f"The shipped checkpoint {name!r} could not be loaded: {exc}")
+            continue
+        e = resources.registered(model_key)
+        meta = e.meta
+        c1, c2 = st.columns([3, 1])
+        acc = meta.get("accuracy")
+        c1.markdown(f"**{name}** · {e.model.num_params():,} parameters · "
+                    + (f"held-out accuracy {acc:.1%} · " if isinstance(acc, float) else "")
+                    + f"example `{meta.get('example', '')}`  \n`{meta.get('command', '')}`")
+        if c2.button(f"Use {name}", key=f"{key}.use.{name}"):
+            ctx.s["preset"] = CKPT_PREFIX + name
+            _use(ctx, model_key, meta.get("example", ""))
+
+
+@section("weights.upload")
+def upload(ctx, *, key: str = "wt") -> None:
+    """Load a weights file (gptviz or Hugging Face safetensors, nanoGPT ckpt.pt) as data only."""
+    st.markdown("A gptviz or Hugging Face GPT-2 `.safetensors` file, or a nanoGPT `ckpt.pt`. Files are read as data "
+                "only: a `.pt` file holding anything but tensors and plain values is refused without being run.")
+    up = st.file_uploader("Weights file", type=["safetensors", "pt", "pth", "ckpt", "bin"], key=f"{key}.upload")
+    n_head = st.number_input("Heads (for Hugging Face GPT-2 files only; 0 = n_embd / 64, as in GPT-2)", 0, 128, 0,
+                             key=f"{key}.nh")
+    if up is not None and st.button("Load this file", type="primary", key=f"{key}.load"):
+        try:
+            ck = load_checkpoint(up.getvalue(), name=up.name, n_head=n_head or None)
+        except ValueError as exc:
+            st.error(f"**{up.name} was not loaded:** {exc}")
+        else:
+            model_key = resources.register_model(ck.model, ck.tokenizer, f"uploaded {up.name}", ck.meta)
+            st.success(f"Loaded {up.name}: {ck.model.num_params():,} parameters.")
+            _use(ctx, model_key, ck.meta.get("example", ""))
+
+
+@section("weights.hub")
+def hub(ctx, *, key: str = "wt") -> None:
+    """GPT-2 small from the Hugging Face hub (needs ``transformers`` and a network, or the local cache)."""
+    st.markdown("Needs the optional `transformers` package and a network connection (548 MB download the first time).")
+    if st.button("Load GPT-2 small", key=f"{key}.hf"):
+        try:
+            import transformers
+        except ImportError:
+            st.error("GPT-2 from the hub needs the `transformers` package: `pip install transformers`. "
+                     "You can also upload GPT-2's model.safetensors above.")
+        else:
+            try:
+                with st.spinner("Downloading GPT-2 small…"):
+                    hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2")
+            except Exception as exc:
+                st.error("GPT-2 could not be downloaded: the Hugging Face hub is not reachable from this machine "
+                         f"(offline?) and it is not in the local cache. ({type(exc).__name__})")
+            else:
+                from ...model.hf_gpt2 import from_hf_gpt2
+                from ...text.tokenizers import TiktokenTokenizer
+
+                model = from_hf_gpt2(hf)
+                try:
+                    tok = TiktokenTokenizer("gpt2")
+                except ValueError:
+                    tok = None
+                _use(ctx, resources.register_model(model, tok, "GPT-2 small (Hugging Face)", {}))
+
+
+@section("weights.download")
+def download(ctx, *, key: str = "wt") -> None:
+    """The model shown as a .safetensors file (built on click) and its config as JSON."""
+    c1, c2 = st.columns(2)
+    c1.download_button("⬇ This model (.safetensors)", data=lambda: checkpoint_bytes(ctx.model, ctx.tok),
+                       file_name="gptviz-model.safetensors", mime="application/octet-stream", on_click="ignore")
+    c2.download_button("⬇ Config (JSON)", ctx.cfg.to_json(), file_name="gptviz-config.json", mime="application/json",
+                       on_click="ignore")
