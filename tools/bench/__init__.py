@@ -1,0 +1,42 @@
+"""The benchmark: ``python -m tools.bench``.
+
+Every row names the model it measured (its parameter count, the positions T it read, the tokenizer), and
+every figure is set against a baseline measured in the same run, because these machines are noisy:
+
+1. **trace** — ``trace()`` with targets (as the app traces) ÷ a plain forward with targets, same model and
+   tokens, interleaved repeats.
+2. **pages** — a page's script time after one change, in AppTest, in two separate rows per page:
+   a *view change* (a sidebar display option: the trace comes from the cache) and a *text change* (a new text:
+   a new trace). Each row says how many reruns were cache hits and misses. After **every** run the bench
+   checks that there was no exception, no ``st.error`` and no ``st.warning``, and that the sidebar shows the
+   model the row names (``vocab_size = V … · P parameters``). A page that fails or falls back to another model
+   makes its row FAIL with the reason, and no time is reported for it. GPT-2-small rows use the preset
+   ``gpt2-small`` with the GPT-2 tokenizer (124,439,808 parameters) on a text longer than the app's token cap,
+   so they read exactly ``BIG_MODEL_T`` positions. Spread: ``p95`` when there are at least 20 samples, else
+   ``max of N``.
+3. **memory** — one GPT-2-small trace with targets at the app's token cap, in a fresh process: the weights'
+   own size (``num_params × 4`` bytes) and the process's resident memory are reported separately from the
+   peak the trace adds (and the peak a plain forward adds). MiB = 2^20 bytes.
+4. **training** — steps per second of the training loop alone (timed from the first step to the last,
+   without the evaluations, snapshots and copies around it), and of the whole ``train()`` call, both ÷ plain
+   forward passes per second.
+5. **browser** — in headless Chromium, against ``streamlit run app.py`` started here: the time from a text
+   edit (typed into the sidebar text area, committed with Ctrl+Enter) to the page fully redrawn (the
+   script's ``script_finished`` message has arrived, nothing is stale, the status widget is gone, every
+   visible Plotly chart has drawn its SVG, and the page has not changed for a quiet second; the time is that
+   of the last change). Median of at least 7 edits per page, for Home, Attention, Logits and Step-through,
+   each ÷ the same figure for a one-chart Streamlit app measured in the same run (in turns with the pages).
+   Page addresses are read from the app's sidebar navigation.
+
+``--quick`` runs fewer repeats (a smoke check). ``--only trace,pages,memory,training,browser`` picks parts;
+``--browser-only`` and ``--no-browser`` are shorthands. Exit status: 0 when every row met its goal, 1 when a
+goal was missed, 2 when a row FAILED (an error, a fallback, the wrong model): its reason is printed.
+
+One module per job: ``report`` (goals, rows, the table), ``models`` (the model each row names, the texts it
+reads), ``engine`` (1), ``pages`` (2), ``memory`` (3), ``training`` (4), ``server``, ``browser_tab`` and
+``browser`` (5), ``cli`` (the command line). Importing the package imports neither Streamlit nor Playwright:
+only the functions that drive them do.
+"""
+from tools.bench.cli import main
+
+__all__ = ["main"]

@@ -1,0 +1,63 @@
+"""The bench's command line: pick the parts, run each (a part that raises fails loudly), print the table."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from tools.bench.browser import bench_browser
+from tools.bench.engine import bench_trace
+from tools.bench.memory import bench_memory
+from tools.bench.pages import bench_pages
+from tools.bench.report import exit_status, failed, table
+from tools.bench.training import bench_training
+
+PARTS = "trace,pages,memory,training,browser"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tools.bench",
+                                description="gptviz's benchmark (see the doc of tools/bench/__init__.py).")
+    p.add_argument("--quick", action="store_true", help="fewer repeats (a smoke check)")
+    p.add_argument("--only", default=PARTS, help="comma-separated parts to run")
+    p.add_argument("--browser-only", action="store_true", help="only the browser rows")
+    p.add_argument("--no-browser", action="store_true", help="everything but the browser rows")
+    p.add_argument("--json", help="also write the rows as JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("GPTVIZ_THREADS", "2")))
+    from gptviz.perf import tune_allocator
+
+    tune_allocator()  # as the app does (gptviz.ui imports it): measure what users get
+    parts = {"browser"} if a.browser_only else set(a.only.split(","))
+    if a.no_browser:
+        parts.discard("browser")
+    rows: list[dict] = []
+    steps: list[tuple[str, Callable[[], list[dict]]]] = [
+        ("trace", lambda: bench_trace(a.quick)),
+        ("pages", lambda: bench_pages(a.quick, "default") + bench_pages(a.quick, "gpt2-small")),
+        ("memory", bench_memory),
+        ("training", lambda: bench_training(a.quick)),
+        ("browser", lambda: bench_browser(a.quick)),
+    ]
+    for name, fn in steps:
+        if name in parts:
+            t = time.perf_counter()
+            try:
+                rows += fn()
+            except Exception as exc:
+                rows.append(failed(f"{name} (the whole part)", "—", f"{type(exc).__name__}: {exc}"[:300]))
+            print(f"[bench] {name} done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    print(table(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return exit_status(rows)

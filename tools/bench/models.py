@@ -1,0 +1,69 @@
+"""The model each row names (worked out from the config, never from the page) and the texts and tokens it reads."""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from tools.bench.report import GOALS, BenchFailure
+
+GPT2_SMALL_PARAMS = 124_439_808
+# The sidebar's model caption: the bench reads the vocabulary and parameter count a page really uses from it.
+CAPTION = re.compile(r"vocab_size = ([\d,]+), set by the tokenizer · ([\d,]+) parameters")
+
+# Different texts of the same length, so that every text change is a new trace of the same size.
+WORDS = ["cat", "dog", "rat", "bat", "cow", "hen", "pig", "owl", "fox", "elk", "yak", "emu", "ant", "bee", "ape"]
+# More than BIG_MODEL_T GPT-2 tokens; the word that changes comes first, so that it survives the cut.
+LONG_TEXT = ("once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker "
+             "who repaired every clock in the valley. Children would gather at his window to watch the tiny gears "
+             "turn, and he would tell them stories about the stars, the rivers and the mountains far away, and "
+             "about the sea beyond them.")
+
+_TEXTS_USED = [0]
+
+
+def fresh_words() -> str:
+    """Three words never used before in this run, always 11 characters: a text change is a new text (so a new
+    trace, never one cached by an earlier page or repeat) of the same length."""
+    k = _TEXTS_USED[0]
+    _TEXTS_USED[0] += 1
+    n = len(WORDS)
+    return f"{WORDS[k % n]} {WORDS[(k // n) % n]} {WORDS[(k // n // n) % n]}"
+
+
+def big_model_t() -> int:
+    """The app's token cap for a big model (GPT-2 small reads at most this many positions a line)."""
+    from gptviz.present.page_context import BIG_MODEL_T
+
+    return BIG_MODEL_T
+
+
+def next_token_targets(idx: torch.Tensor) -> torch.Tensor:
+    """The next token at each position, and -100 (ignored) at the last: what the app passes as targets."""
+    y = torch.full_like(idx, -100)
+    y[:, :-1] = idx[:, 1:]
+    return y
+
+
+def expected_model(shape: str) -> dict:
+    """The model a row names, worked out here from the config (not from the page)."""
+    from gptviz.config import preset
+    from gptviz.text.tokenizers import get_tokenizer
+
+    if shape == "default":
+        tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)  # the sidebar's default tokenizer
+        cfg = preset("default", vocab_size=tok.vocab_size)
+        return {"cfg": cfg, "tokenizer": "char-bpe", "query": {"preset": "default"},
+                "label": f"default · {cfg.num_params():,} params", "goal_ms": GOALS["page_default_ms"]}
+    cfg = preset("gpt2-small", vocab_size=50257)
+    if cfg.num_params() != GPT2_SMALL_PARAMS:
+        raise BenchFailure(f"preset gpt2-small has {cfg.num_params():,} parameters, not GPT-2 small's "
+                           f"{GPT2_SMALL_PARAMS:,}")
+    return {"cfg": cfg, "tokenizer": "gpt2", "query": {"preset": "gpt2-small", "tokenizer": "gpt2", "text": LONG_TEXT},
+            "label": f"gpt2-small · {cfg.num_params():,} params", "goal_ms": GOALS["page_gpt2_ms"]}
+
+
+def shown_model(text: str) -> tuple[int, int] | None:
+    """(vocab_size, parameters) from the first model caption in ``text``, or None when there is none."""
+    m = CAPTION.search(text)
+    return tuple(int(g.replace(",", "")) for g in m.groups()) if m else None

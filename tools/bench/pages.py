@@ -1,0 +1,156 @@
+"""Part 2, pages: each page's script time after a view change and after a text change, in AppTest."""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from gptviz.paths import ROOT
+from tools.bench.models import LONG_TEXT, big_model_t, expected_model, fresh_words, shown_model
+from tools.bench.report import BenchFailure, failed, row, spread
+
+
+def app_pages() -> list[str]:
+    """The page files the app serves, from its navigation list (gptviz.ui.nav, which imports Streamlit)."""
+    from gptviz.ui.nav import available
+
+    return [p[0] for p in available()]
+
+
+def check_page(at, exp: dict, when: str) -> None:
+    """After every run: no exception, no error, no warning, and the sidebar shows the expected model."""
+    if at.exception:
+        e = at.exception[0]
+        where = (e.stack_trace or [""])[-1].strip().split("\n")[0]
+        raise BenchFailure(f"{when}: exception: {e.message[:160]} ({where})")
+    if at.error:
+        raise BenchFailure(f"{when}: st.error: {str(at.error[0].value)[:160]}")
+    if at.warning:
+        raise BenchFailure(f"{when}: st.warning: {str(at.warning[0].value)[:160]}")
+    shown = [s for c in at.sidebar.caption for s in [shown_model(str(c.value))] if s]
+    if not shown:
+        raise BenchFailure(f"{when}: the sidebar shows no 'vocab_size = …, set by the tokenizer · … parameters'")
+    v, p = shown[0]
+    cfg = exp["cfg"]
+    if (v, p) != (cfg.vocab_size, cfg.num_params()):
+        raise BenchFailure(f"{when}: the page shows vocab_size {v:,} and {p:,} parameters, not the "
+                           f"{cfg.vocab_size:,} and {cfg.num_params():,} of {exp['label']} (a fallback?)")
+
+
+class TraceCounter:
+    """Counts the traces the app really computes (cache misses), and the T of each."""
+
+    def __init__(self):
+        from gptviz.ui import resources
+
+        self.resources = resources
+        self.orig = getattr(resources, "_compute_trace", None)
+        self.calls: list[tuple[int, int]] = []
+        if self.orig is not None:
+            def counting(cfg_json, model_key, x, *a, **k):
+                self.calls.append((len(x), len(x[0]) if x else 0))
+                return self.orig(cfg_json, model_key, x, *a, **k)
+
+            resources._compute_trace = counting
+
+    @property
+    def known(self) -> bool:
+        return self.orig is not None
+
+    def close(self) -> None:
+        if self.orig is not None:
+            self.resources._compute_trace = self.orig
+
+
+def _view_change(at, i: int) -> None:
+    at.checkbox(key="w.show_values").set_value(i % 2 == 0)
+
+
+def _text_change(at, shape: str) -> None:
+    w = fresh_words()
+    at.text_area(key="w.text").input(f"{w} {LONG_TEXT}" if shape != "default" else f"the {w} sat on the mat.")
+
+
+def _empty_script_ms(AppTest, reps: int) -> tuple[float, int]:
+    """(median ms, samples) of rerunning a one-line script: the baseline every page row is divided by."""
+    empty = Path(tempfile.mkdtemp()) / "empty.py"
+    empty.write_text("import streamlit as st\nst.write('hi')\n")
+    at0 = AppTest.from_file(str(empty), default_timeout=120).run()
+    base = []
+    for _ in range(reps * 2):
+        t = time.perf_counter(); at0.run(); base.append(time.perf_counter() - t)  # noqa: E702
+    return statistics.median(base) * 1e3, len(base)
+
+
+def _bench_page(AppTest, page: str, shape: str, exp: dict, reps: int, base_ms: float,
+                counter: TraceCounter) -> list[dict]:
+    """The two rows of one page (view change, text change), or one FAILED row."""
+    cap = big_model_t()
+    figure = f"rerun · {shape} · {Path(page).stem}"
+    label = f"{exp['label']} · T=? · {exp['tokenizer']}"
+    first_call = len(counter.calls)
+    rows = []
+    try:
+        at = AppTest.from_file(str(ROOT / page), default_timeout=300)
+        for k, v in exp["query"].items():
+            at.query_params[k] = v
+        at.run()
+        check_page(at, exp, "first run")
+        at.run()  # warm: caches filled as a user's first view fills them
+        check_page(at, exp, "second run")
+        result = {}
+        for kind in ("view change", "text change"):
+            times, misses = [], 0
+            for i in range(reps):
+                if kind == "view change":
+                    _view_change(at, i)
+                else:
+                    _text_change(at, shape)
+                n0 = len(counter.calls)
+                t = time.perf_counter()
+                at.run()
+                dt = time.perf_counter() - t
+                check_page(at, exp, f"{kind} {i + 1}")  # a failed or fallen-back run never counts
+                misses += len(counter.calls) > n0
+                times.append(dt)
+            result[kind] = (times, misses)
+        Ts = sorted({T for _, T in counter.calls[first_call:]})
+        if shape != "default" and Ts and max(Ts) != cap:  # (a page may also trace a short probe)
+            raise BenchFailure(f"the longest trace had T={max(Ts)}, not the app's cap T={cap}")
+        t_label = "T=" + "/".join(map(str, Ts)) if Ts else "T=— (draws no trace)"
+        label = f"{exp['label']} · {t_label} · {exp['tokenizer']}"
+        for kind, (times, misses) in result.items():
+            text, p50, up = spread(times)
+            cache = (f"cache: {reps - misses} hit, {misses} miss" if counter.known and Ts
+                     else "no trace" if counter.known else "cache: unknown")
+            goal_ok = up <= exp["goal_ms"] if kind == "text change" or shape == "default" else None
+            rows.append(row(f"{figure} · {kind}", label, f"{text} · {cache}", p50 / base_ms,
+                            f"≤ {exp['goal_ms']} ms" if goal_ok is not None else "", goal_ok))
+    except BenchFailure as exc:
+        rows.append(failed(figure, label, str(exc)))
+    except Exception as exc:
+        rows.append(failed(figure, label, f"{type(exc).__name__}: {exc}"[:200]))
+    return rows
+
+
+def bench_pages(quick: bool, shape: str) -> list[dict]:
+    from streamlit import config
+    from streamlit.testing.v1 import AppTest
+
+    config.set_option("client.showErrorDetails", "full")  # a failed row names the real exception
+    reps = 4 if quick else 20
+    rows = []
+    try:
+        exp = expected_model(shape)
+    except BenchFailure as exc:
+        return [failed(f"rerun · {shape} · every page", shape, str(exc))]
+    base_ms, n_base = _empty_script_ms(AppTest, reps)
+    counter = TraceCounter()
+    try:
+        for page in app_pages():
+            rows += _bench_page(AppTest, page, shape, exp, reps, base_ms, counter)
+    finally:
+        counter.close()
+    rows.append(row(f"rerun · empty script (baseline, {shape} run)", "—", f"p50 {base_ms:.1f} ms of {n_base}", 1.0))
+    return rows
