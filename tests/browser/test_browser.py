@@ -1,5 +1,6 @@
 """Real browser: `streamlit run app.py` headless, every page opened in Debian's Chromium by Playwright."""
 import os
+import re
 import time
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 
-from kit import SHOTS, browser, server, wait_for_charts  # noqa: E402,F401 - the fixtures, imported
+from kit import SHOTS, browser, server, wait_for_charts  # noqa: F401 - the fixtures, imported
 
 PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through",
          "Backward", "Training", "Generation", "Model_and_weights", "Who_did_it", "Initialisation",
@@ -30,7 +31,8 @@ def test_every_page_draws_its_charts(server, browser, path):
     assert first and first["width"] > 200 and first["height"] > 150
     assert first["y"] < 900, "a heatmap should be visible above the fold"
     if path not in NOT_A_HEATMAP_FIRST:
-        assert page.locator(".js-plotly-plot .hm, .js-plotly-plot .heatmaplayer image, .js-plotly-plot image").count() >= 1
+        assert page.locator(".js-plotly-plot .hm, .js-plotly-plot .heatmaplayer image, "
+                            ".js-plotly-plot image").count() >= 1
     page.screenshot(path=str(SHOTS / f"{(path or 'Home').split('?')[0]}.png"))
     assert not errors, errors
     page.close()
@@ -124,8 +126,8 @@ def test_training_can_be_stopped_and_keeps_the_model(server, browser):
     steps.fill("20000")
     page.get_by_role("button", name="▶ Start training").click()
     page.get_by_role("button", name="■ Stop").wait_for(timeout=60_000)
-    page.wait_for_selector("text=step", timeout=60_000)
-    page.wait_for_timeout(3000)  # let it train a little
+    # the first progress report ("step 50 of 20000 · 1.2 s"): the run has trained and recorded a snapshot
+    page.get_by_text(re.compile(r"step \d+ of 20000")).first.wait_for(timeout=120_000)
     stopped = page.get_by_text("Training stopped at step")
     for _ in range(3):  # a click that lands while the live chart redraws can be lost: press Stop again
         stop = page.get_by_role("button", name="■ Stop")
@@ -134,7 +136,7 @@ def test_training_can_be_stopped_and_keeps_the_model(server, browser):
         try:
             stopped.wait_for(timeout=30_000)
             break
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError
+        except Exception:
             continue
     stopped.wait_for(timeout=30_000)
     wait_for_charts(page)
