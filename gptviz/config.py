@@ -142,7 +142,7 @@ class ModelConfig:
     def num_params(self) -> int:
         """Parameter count, computed from the shape alone (nothing is allocated)."""
         C, V, L = self.n_embd, self.vocab_size, self.n_layer
-        lin = lambda i, o, b: i * o + (o if b else 0)  # noqa: E731
+        lin = lambda i, o, b: i * o + (o if b else 0)
         norm = C + (C if self.bias else 0)
         per_block = norm + lin(C, 3 * self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias)
         if not self.attn_only:

@@ -106,8 +106,8 @@ def chart(at, title_start: str) -> dict:
 
 
 def engine_run(edit_name=None, index=(), values=None):
-    """The pages' default model (preset "default") and text run with plain ``GPT.run`` and a hand-written hook that writes
-    ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
+    """The pages' default model (preset "default") and text run with plain ``GPT.run`` and a hand-written hook
+    that writes ``values`` at ``index`` of ``edit_name``: every hooked tensor and the loss, independent of trace()."""
     import torch
     import torch.nn.functional as F
 

@@ -4,8 +4,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gptviz.text.bpe import apply_merges
 from gptviz.text.batches import BUILTIN_TEXT
+from gptviz.text.bpe import apply_merges
 from gptviz.text.tokenizers import CharBPETokenizer, _merge
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
-
 from conftest import CONFIGS
+
 from gptviz import GPT
 from gptviz.run.generation import distribution, generate, top_k_mask, top_p_mask
 

@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import GPT, ModelConfig
-from gptviz import trace
+from gptviz import GPT, ModelConfig, trace
 from gptviz.interp.head_detector import KINDS, best_labels, detect, head_scores, probe, repeated_probe, target_cells
 
 T = 12

@@ -4,8 +4,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gptviz import GPT, BUILTIN_TEXT, CharBPETokenizer, ModelConfig, TiktokenTokenizer, encode_batch
-from gptviz import trace
+from gptviz import BUILTIN_TEXT, GPT, CharBPETokenizer, ModelConfig, TiktokenTokenizer, encode_batch, trace
 from gptviz.config import ACTIVATIONS, NORM_PLACEMENTS, NORMS, POS_ENCODINGS
 from gptviz.text.tokenizers import EOT, TIKTOKEN_ENCODINGS, TOKENIZER_NAMES
 
@@ -125,7 +124,8 @@ small_int = st.one_of(st.integers(-3, 40), st.just(0), st.floats(-2, 50), st.boo
     block_size=small_int, vocab_size=small_int,
     norm=st.sampled_from(NORMS + ("batch", "")), placement=st.sampled_from(NORM_PLACEMENTS + ("mid",)),
     pos=st.sampled_from(POS_ENCODINGS + ("alibi",)), act=st.sampled_from(ACTIVATIONS + ("swish",)),
-    bias=st.one_of(st.booleans(), st.just("yes")), dropout=st.one_of(st.floats(-1, 2), st.just(float("nan")), st.just(0.1)),
+    bias=st.one_of(st.booleans(), st.just("yes")),
+    dropout=st.one_of(st.floats(-1, 2), st.just(float("nan")), st.just(0.1)),
     ln_eps=st.one_of(st.floats(-1, 1), st.sampled_from([float("nan"), float("inf")]), st.just(1e-5)),
 )
 def test_any_config_works_or_says_which_field(n_layer, n_head, n_embd, d_head, d_mlp, block_size, vocab_size, norm,

@@ -4,8 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPT, ModelConfig
-from gptviz import trace
+from gptviz import GPT, ModelConfig, from_hf_gpt2, trace
 from gptviz.interp.lens import REST_LABEL, components, decompose, describe_top, head_grid, lens_summary, logit_lens
 
 TOL = 1e-4
@@ -16,7 +15,7 @@ def perturbed(cfg: ModelConfig, seed: int = 0) -> GPT:
     m = GPT(cfg)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             if p.dim() == 1:  # biases and norm weights
                 p.add_(torch.randn(p.shape, generator=g) * 0.5)
             else:
@@ -107,10 +106,10 @@ def test_hugging_face_gpt2_with_random_weights():
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=50,
                                                               n_positions=16)).eval()
     with torch.no_grad():
-        for name, p in hf.named_parameters():
+        for p in hf.parameters():
             if p.dim() == 1:  # biases and LayerNorm weights
                 p.add_(torch.randn_like(p) * 0.5)
-    m = GPT.from_hf_gpt2(hf)
+    m = from_hf_gpt2(hf)
     x = torch.randint(0, 50, (2, 12))
     y = torch.randint(0, 50, (2, 12))
     tr = trace(m, x, y)
@@ -140,7 +139,8 @@ def test_logit_lens_last_point_is_the_logits_and_early_points_match_plain_torch(
         if cfg.norm == "layernorm":
             n = F.layer_norm(r, (cfg.n_embd,), ln.weight, ln.bias, cfg.ln_eps)
         else:
-            n = r / torch.sqrt(r.pow(2).mean(-1, keepdim=True) + cfg.ln_eps) * ln.weight + (0 if ln.bias is None else ln.bias)
+            n = (r / torch.sqrt(r.pow(2).mean(-1, keepdim=True) + cfg.ln_eps) * ln.weight
+                 + (0 if ln.bias is None else ln.bias))
         W_U = m.transformer.wte.weight if cfg.tie_weights else m.lm_head.weight
         assert (lens[l] - n @ W_U.T).abs().max() < 1e-4
     # one row only (a matmul over fewer rows may round differently in the last bit)
@@ -222,7 +222,7 @@ def test_sentence_names_the_top_contributors():
 
 
 def test_encoder_decoder_decoder_adds_its_cross_attention():
-    seq2seq = pytest.importorskip("gptviz.model.encoder_decoder")
+    seq2seq = pytest.importorskip("gptviz.model.build")
     cfg = ModelConfig(vocab_size=23, block_size=8, n_layer=2, n_head=2, n_embd=8, n_enc_layer=0, enc_len=5,
                       head_bias=True, tie_weights=False)
     m = seq2seq.build_model(cfg)

@@ -2,8 +2,8 @@
 import re
 
 import numpy as np
-
 from conftest import ROOT
+
 from gptviz.present import figures, matrices
 
 
@@ -13,14 +13,16 @@ def test_the_navigation_names_home_and_uses_material_icons_only():
     assert PAGES[0][1] == "Home" and PAGES[0][3] == ""  # the default page, at the bare address
     assert all(icon.startswith(":material/") and icon.endswith(":") for _, _, icon, _, _ in PAGES)
     files = {p for p, *_ in PAGES}
-    assert files == {f"app_pages/{f.name}" for f in (ROOT / "app_pages").glob("*.py")}  # every page is in the navigation
+    # every page is in the navigation
+    assert files == {f"app_pages/{f.name}" for f in (ROOT / "app_pages").glob("*.py")}
     for f in (ROOT / "app_pages").glob("*.py"):
         for icon in re.findall(r'page_setup\([^,]+,\s*"([^"]+)"', f.read_text()):
             assert icon.startswith(":material/"), (f.name, icon)
 
 
 def test_side_by_side_titles_wrap_so_they_cannot_run_into_each_other():
-    m = matrices.Matrix(np.eye(12), [str(i) for i in range(12)], [str(i) for i in range(12)], "query", "key", "probability")
+    m = matrices.Matrix(np.eye(12), [str(i) for i in range(12)], [str(i) for i in range(12)],
+                        "query", "key", "probability")
     fig = figures.side_by_side(m, m, "Plain average: row t gives 1/(t+1) to each earlier token",
                                "Learned weights, layer 0 head 0")
     notes = [a["text"] for a in fig.to_plotly_json()["layout"]["annotations"]]

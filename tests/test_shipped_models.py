@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz.text import corpus
-from gptviz.interp import head_detector
 from gptviz import load_checkpoint
+from gptviz.interp import head_detector
 from gptviz.model.gpt import GPT
-from gptviz.training.tasks import ShakespeareTask
+from gptviz.text import corpus
 from gptviz.training.recipes import load_snapshots
+from gptviz.training.tasks import ShakespeareTask
 from gptviz.ui.resources import CHECKPOINTS
 
 NANOGPT_ANCHOR = 1.88  # nanoGPT's CPU run on tiny-shakespeare, val nats/char (char-level, 4×4×128, block 64)

@@ -2,10 +2,9 @@
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-
 from conftest import CONFIGS, random_ids
-from gptviz import GPT
-from gptviz import trace
+
+from gptviz import GPT, trace
 
 
 def test_parallel_traces_equal_sequential_traces():
@@ -15,7 +14,8 @@ def test_parallel_traces_equal_sequential_traces():
     jobs = []
     for i in range(24):
         idx = random_ids(c, B=2, seed=i)
-        edits = {f"blocks.{i % 2}.attn.hook_pattern": (lambda p, h=i % c.n_head: p.index_fill(1, torch.tensor([h]), 0.0))} if i % 3 == 0 else None
+        edits = ({f"blocks.{i % 2}.attn.hook_pattern":
+                  (lambda p, h=i % c.n_head: p.index_fill(1, torch.tensor([h]), 0.0))} if i % 3 == 0 else None)
         jobs.append((idx, edits, i % 2 == 0))
 
     def run(job):

@@ -5,12 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import GPT
-from gptviz import trace
-from gptviz import load_checkpoint
+from gptviz import GPT, load_checkpoint, trace
 from gptviz.run.generation import generate
-from gptviz.training.tasks import IGNORE_INDEX, InductionTask, SortTask, TextTask, make_task
 from gptviz.training.loop import TrainConfig, model_at, model_config_for, train
+from gptviz.training.tasks import IGNORE_INDEX, InductionTask, SortTask, TextTask, make_task
 
 CKPT = Path(__file__).resolve().parents[1] / "checkpoints"
 
@@ -35,7 +33,8 @@ def test_induction_batches_repeat_a_run_of_distinct_letters():
         assert torch.equal(y[pos], x[pos + 1])
 
 
-@pytest.mark.parametrize("name,layers,steps,drop", [("sort", 1, 60, 0.5), ("induction", 2, 150, 0.3), ("text", 1, 60, 1.0)])
+@pytest.mark.parametrize("name,layers,steps,drop", [("sort", 1, 60, 0.5), ("induction", 2, 150, 0.3),
+                                                    ("text", 1, 60, 1.0)])
 def test_training_lowers_the_loss(name, layers, steps, drop):
     task = make_task(name)
     cfg = model_config_for(task, n_layer=layers, n_head=2, n_embd=32, seed=0)
@@ -67,7 +66,8 @@ def test_training_can_be_stopped():
     task = make_task("sort")
     cfg = model_config_for(task, n_layer=1, n_head=1, n_embd=16)
     calls = []
-    _, h = train(GPT(cfg), task, TrainConfig(steps=100, batch_size=8), should_stop=lambda: len(calls.append(1) or calls) > 7)
+    _, h = train(GPT(cfg), task, TrainConfig(steps=100, batch_size=8),
+                 should_stop=lambda: len(calls.append(1) or calls) > 7)
     assert h.stopped and h.steps[-1] == 7 and h.snapshots[-1][0] == 7
 
 

@@ -141,7 +141,8 @@ def best_labels(scores: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def detect(tr, b: int = 0, probe_model=None, probe_seed: int = 0) -> dict[str, np.ndarray]:
     """Scores on the trace's own text (row ``b``, padding left out); with ``probe_model``, ``induction``
     and ``duplicate`` come from the repeated-random probe instead (the user's text may repeat nothing)."""
-    T = int(np.asarray(tr.attention_mask[b]).sum()) if getattr(tr, "attention_mask", None) is not None else tr.idx.shape[1]
+    T = (int(np.asarray(tr.attention_mask[b]).sum()) if getattr(tr, "attention_mask", None) is not None
+         else tr.idx.shape[1])
     pats = patterns_from_trace(tr, b)[:, :, :T, :T]
     scores = head_scores(pats, np.asarray(tr.idx[b, :T]))
     if probe_model is not None:

@@ -34,7 +34,8 @@ def _out(x: torch.Tensor, numpy: bool):
 
 def _check(trace, model: Optional[GPT]) -> GPT:
     if model is None:
-        raise ValueError("this needs the model's weights: call it as f(trace, model) with the model that made the trace")
+        raise ValueError("this needs the model's weights: call it as f(trace, model) with the model that made "
+                         "the trace")
     if trace.config != model.config:
         raise ValueError("the trace was made by a different model than the one given (their configs differ)")
     return model
@@ -203,10 +204,12 @@ def decompose(trace, model: GPT, tokens: Tokens = "target"):
     and none add none), and for every layer each head's own output ``z_h @ W_O[:, h]ᵀ`` (its slice of
     ``c_proj``), the attention output bias (``c_proj.bias``), and the MLP output (its bias included; none
     for ``attn_only`` models). An encoder-decoder model (``gptviz.model.encoder_decoder``) has one more per layer: the
-    cross-attention's whole output (``hook_cross_out``), and its self-attention's projection is ``o_proj``. The final norm is linear once its scale is fixed at the value the model
+    cross-attention's whole output (``hook_cross_out``), and its self-attention's projection is ``o_proj``. The
+    final norm is linear once its scale is fixed at the value the model
     used (``ln_final.hook_scale``), so each component ``c`` contributes
     ``γ ⊙ (c − mean(c)) / scale · W_U[token]`` (RMSNorm: no centring), and ``bias`` is ``β · W_U[token]``
-    plus lm_head's own bias for the token, if it has one (0 when there is neither). contributions has shape ``(n_components, B, T)`` with
+    plus lm_head's own bias for the token, if it has one (0 when there is neither). contributions has shape
+    ``(n_components, B, T)`` with
     rows in the order of ``components(model.config)``; labels name them.
 
     If an edit replaced part of the residual stream itself, the components no longer add up to it: the
@@ -253,7 +256,8 @@ def decompose(trace, model: GPT, tokens: Tokens = "target"):
     nh, hs = cfg.n_head, cfg.d_head
     for l in range(L):
         attn = model.transformer.h[l].attn
-        proj = attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj  # GPT / encoder-decoder (gptviz.model.encoder_decoder)
+        # GPT / encoder-decoder (gptviz.model.encoder_decoder)
+        proj = attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj
         W_O = proj.weight.to(dt).view(C, nh, hs)  # column block h is head h's W_O
         z = _t(trace[f"blocks.{l}.attn.hook_z"]).to(dt)  # (B, T, nh, hs)
         e = torch.einsum("btc,cnh->btnh", d, W_O)  # d pulled back through each head's W_O
@@ -290,7 +294,7 @@ def top_contributors(labels: Sequence[str], values: np.ndarray, n: int = 3) -> t
 def describe_top(labels: Sequence[str], values: np.ndarray, token: str, n: int = 3) -> str:
     """One sentence naming the biggest contributors to a token's logit."""
     pos, neg = top_contributors(labels, values, n)
-    fmt = lambda items: ", ".join(f"**{l}** ({v:+.3g})" for l, v in items)  # noqa: E731
+    fmt = lambda items: ", ".join(f"**{l}** ({v:+.3g})" for l, v in items)
     parts = []
     if pos:
         parts.append(f"The biggest pushes towards '{token}' come from {fmt(pos)}")

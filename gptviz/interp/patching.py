@@ -23,9 +23,9 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .lens import resid_points
 from ..model.gpt import GPT
 from ..run.trace import trace
+from .lens import resid_points
 
 Answer = Union[int, Sequence[int]]
 
@@ -164,7 +164,8 @@ def activation_patching(model: GPT, clean, corrupt, answer: Answer, wrong: Answe
 
 def n_forward_needed(cfg, T: int) -> int:
     """How many forward passes ``activation_patching`` takes for prompts of T tokens."""
-    return 2 + (cfg.n_layer + 1) * T + cfg.n_layer * cfg.n_head + (0 if getattr(cfg, "attn_only", False) else cfg.n_layer)
+    return (2 + (cfg.n_layer + 1) * T + cfg.n_layer * cfg.n_head
+            + (0 if getattr(cfg, "attn_only", False) else cfg.n_layer))
 
 
 # --------------------------------------------------------------------------- choosing prompts and answers

@@ -12,17 +12,15 @@ import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
-from ..run import edits as edit_specs
-from ..training import tasks
-from ..paths import CHECKPOINTS
 from ..config import PRESETS, ModelConfig
-from ..text.batches import DEFAULT_PROMPT, Batch, encode_batch
 from ..model.gpt import GPT
-from ..text.tokenizers import TOKENIZER_NAMES  # noqa: F401
+from ..paths import CHECKPOINTS
+from ..run import edits as edit_specs
 from ..run.trace import Trace
+from ..text.batches import DEFAULT_PROMPT, Batch, encode_batch
+from ..training import tasks
 
 CKPT_PREFIX = "checkpoint: "
 

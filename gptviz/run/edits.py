@@ -45,7 +45,8 @@ def from_spec(spec: Optional[dict], n_layer: int, n_head: int) -> dict[str, Any]
     s = normalise(spec)
     by_name: dict[str, list] = defaultdict(list)
     for item in s["set"]:
-        by_name[item["name"]].append((tuple(int(i) for i in item["index"]), np.asarray(item["values"], dtype=np.float32)))
+        by_name[item["name"]].append((tuple(int(i) for i in item["index"]),
+                                      np.asarray(item["values"], dtype=np.float32)))
     for layer, head in s["heads_off"]:
         if not (0 <= layer < n_layer and 0 <= head < n_head):
             raise ValueError(f"there is no head {head} in layer {layer} of this model")
@@ -63,9 +64,11 @@ def _writer(name: str, items: list):
             try:
                 target = t[index]
             except IndexError:
-                raise ValueError(f"the edit of {name} at {list(index)} no longer fits its shape {tuple(t.shape)}") from None
+                raise ValueError(f"the edit of {name} at {list(index)} no longer fits its shape "
+                                 f"{tuple(t.shape)}") from None
             if tuple(target.shape) != values.shape:
-                raise ValueError(f"the edit of {name} at {list(index)} has {values.shape} values, not {tuple(target.shape)}")
+                raise ValueError(f"the edit of {name} at {list(index)} has {values.shape} values, "
+                                 f"not {tuple(target.shape)}")
             t[index] = torch.from_numpy(values)
         return t
 
@@ -99,7 +102,7 @@ def apply_id_edits(x: torch.Tensor, y: torch.Tensor, lengths: list[int], id_edit
     return x, y, notices
 
 
-# --------------------------------------------------------------------------- what switching a head off does to gradients
+# ------------------------------------------------------------------------- what switching a head off does to gradients
 # Steps of a layer that only reach the loss through that head's attention weights (per head, before the softmax).
 UPSTREAM_OF_PATTERN = ("hook_attn_scores", "hook_scores_scaled", "hook_scores_raw", "hook_rot_q", "hook_rot_k",
                        "hook_q", "hook_k")

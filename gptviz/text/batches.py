@@ -47,7 +47,8 @@ class Batch:
         return len(set(self.lengths)) > 1
 
 
-def stream_batch(ids: Sequence[int], batch_size: int, block_size: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def stream_batch(ids: Sequence[int], batch_size: int, block_size: int,
+                 start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The classic loader: take ``B*T + 1`` tokens from one stream; x is (B, T), y is x shifted by one."""
     n = batch_size * block_size + 1
     if batch_size < 1 or block_size < 1:

@@ -206,7 +206,8 @@ class CharBPETokenizer:
         self.eot_id = len(id_to_token)
         id_to_token.append(EOT)
         vocab[EOT] = self.eot_id
-        self.base, self.merges, self.vocab, self.id_to_token, self._ranks = list(base), list(merges), vocab, id_to_token, ranks
+        self.base, self.merges, self.vocab, self.id_to_token, self._ranks = (list(base), list(merges), vocab,
+                                                                             id_to_token, ranks)
 
 
 def _merge(seq: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -245,7 +246,8 @@ TIKTOKEN_SPECS = {
         pat_str=_R50K_PAT, special_tokens={EOT: 50256}),
     "cl100k_base": dict(
         sha256="223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7", explicit_n_vocab=None,
-        pat_str=r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        pat_str=r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+                r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
         special_tokens={EOT: 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
                         "<|endofprompt|>": 100276}),
     "o200k_base": dict(

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from ..model.gpt import GPT
-from .tasks import Task, TaskBatch
 from ..run.trace import trace
+from .tasks import Task, TaskBatch
 
 # 13 scales, 4 per decade, from 0.002 to 2: 0.02 (GPT-2's choice) and 0.2 are on the grid.
 GRID: tuple[float, ...] = tuple(round(0.002 * 10 ** (k / 4), 10) for k in range(13))

@@ -165,4 +165,4 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(steps):
     logits = model(tgt, enc_out)          # the decoder reads the targets themselves
     loss = F.cross_entropy(logits.view(-1, 12), tgt.view(-1))
-    opt.zero_grad(); loss.backward(); opt.step()"""  # noqa: E501
+    opt.zero_grad(); loss.backward(); opt.step()"""  # noqa: E501 - code shown to students, as it would be written

@@ -304,5 +304,6 @@ class ReverseTask(Task):
         return "fbdacbeg"[: self.length]
 
     def decoder_text(self, source: str) -> str:
-        """What the decoder reads for ``source`` under teacher forcing: ``^`` then the reversal, less its last letter."""
+        """What the decoder reads for ``source`` under teacher forcing: ``^`` then the reversal, less its last
+        letter."""
         return self.START + source[::-1][:-1]

@@ -3,8 +3,8 @@
 ``app.py`` builds ``st.navigation`` from it (so the home page is called "Home" and pages are grouped),
 and ``page_links`` draws links to every page. The page files live in
 ``app_pages/``, a folder Streamlit does not auto-discover; each page's address (``url_path``) is the one the
-old ``pages/`` folder gave, so links shared before still open the same page. Icons are Streamlit's Material Symbols, which
-draw without colour-emoji fonts.
+old ``pages/`` folder gave, so links shared before still open the same page. Icons are Streamlit's Material Symbols,
+which draw without colour-emoji fonts.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     ("app_pages/home.py", "Home", ":material/home:", "", "Start"),
     ("app_pages/lessons.py", "Lessons", ":material/school:", "Lessons", "Start"),
-    ("app_pages/tokens_and_batch.py", "Tokens & batch", ":material/text_fields:", "Tokens_and_batch", "The forward pass"),
+    ("app_pages/tokens_and_batch.py", "Tokens & batch", ":material/text_fields:", "Tokens_and_batch",
+     "The forward pass"),
     ("app_pages/embeddings.py", "Embeddings", ":material/scatter_plot:", "Embeddings", "The forward pass"),
     ("app_pages/attention.py", "Attention", ":material/visibility:", "Attention", "The forward pass"),
     ("app_pages/mlp_and_residual.py", "MLP & residual stream", ":material/account_tree:", "MLP_and_residual",

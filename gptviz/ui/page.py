@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..run import edits as edit_specs
 from ..config import ACTIVATIONS, PRESET_DESCRIPTIONS, PRESETS
-from ..present.page_context import BIG_MODEL_PARAMS, BIG_MODEL_T, CKPT_PREFIX, Ctx, Notice, resolve  # noqa: F401
+from ..present.page_context import CKPT_PREFIX, Ctx, Notice, resolve
+from ..run import edits as edit_specs
 from ..text.tokenizers import TOKENIZER_NAMES
 from . import resources, state
 from .nav import PAGES, page_links  # noqa: F401 - re-exported

@@ -11,19 +11,17 @@ import uuid
 import weakref
 from collections import OrderedDict
 from functools import lru_cache
-from pathlib import Path
 from typing import Optional
 
 import streamlit as st
 
 from ..config import ModelConfig
+from ..model.build import build_model
 from ..model.gpt import GPT
 from ..paths import CHECKPOINTS
 from ..present.page_context import Entry, trace_for_view
-from ..model.encoder_decoder import build_model
-from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 from ..run.trace import Trace
-
+from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 
 # Models that are not built from a config alone (trained, uploaded or shipped ones), by key, with the
 # tokenizer they were made for. Each is registered once and never changed afterwards; a new training

@@ -8,9 +8,16 @@ from typing import Any, Optional
 import numpy as np
 import streamlit as st
 
-from ..present import page_context
 from ..config import PRESETS
-from ..present.page_context import BOOL_FIELDS, CKPT_PREFIX, CONFIG_FIELDS, FLOAT_FIELDS, INT_FIELDS, URL_FIELDS, _coerce, _config_settings, config_from_settings, config_json, defaults, encode_source
+from ..present import page_context
+from ..present.page_context import (
+    CONFIG_FIELDS,
+    URL_FIELDS,
+    _coerce,
+    _config_settings,
+    defaults,
+    encode_source,
+)
 from ..text.tokenizers import TOKENIZER_NAMES
 
 KEY = "gptviz.settings"
@@ -62,7 +69,7 @@ def write_url(s: dict[str, Any]) -> None:
         want.update({k: v for k, v in current.items() if k in PAGE_PARAMS})
         if current != want:
             st.query_params.from_dict(want)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no address bar outside a browser
         pass
 
 
@@ -79,7 +86,7 @@ def reset() -> None:
             del st.session_state[k]
     try:
         st.query_params.clear()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no address bar outside a browser
         pass
 
 

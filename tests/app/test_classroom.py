@@ -3,10 +3,9 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-
 from apphelp import metric, page
-from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz import trace
+
+from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
 from gptviz.run import edits as edit_specs
 
 N = 30

@@ -1,5 +1,4 @@
 import numpy as np
-
 from apphelp import array, chart, ok, page, set_sidebar, titles
 
 
@@ -19,11 +18,12 @@ def test_one_step_at_a_time_and_every_step_in_order():
     at.segmented_control(key="att.more").set_value("Every layer × every head").run()
     assert len(at.get("plotly_chart")) == 4 and any("every head" in x for x in titles(at))
     at = ok(_step(at, "6 · The causal"))
-    assert [s.value for s in at.subheader][0].startswith("6 · The causal") and any("masked scores" in x for x in titles(at))
+    assert ([s.value for s in at.subheader][0].startswith("6 · The causal")
+            and any("masked scores" in x for x in titles(at)))
     at.toggle(key="s.every").set_value(True).run()
     heads = [s.value for s in at.subheader]
-    for i, word in enumerate(["norm", "Q, K and V", "Q", "K", "V", "Q Kᵀ", "1/√d_head", "mask", "Softmax",
-                              "Weighted values", "side by side", "output projection", "residual add"]):
+    for word in ["norm", "Q, K and V", "Q", "K", "V", "Q Kᵀ", "1/√d_head", "mask", "Softmax",
+                 "Weighted values", "side by side", "output projection", "residual add"]:
         assert any(word in h for h in heads), word
     assert len(at.latex) >= 10 and len(at.code) >= 10
     t = titles(at)
@@ -76,9 +76,8 @@ def test_rope_model_shows_rotated_steps_and_bad_shape_keeps_page():
 
 
 def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head():
-    from gptviz import GPT, encode_batch, get_tokenizer, preset
+    from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
     from gptviz.interp import head_detector
-    from gptviz import trace
     from gptviz.text.batches import DEFAULT_PROMPT
 
     at = ok(page("attention"))
@@ -96,7 +95,8 @@ def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head(
     want = np.max(np.stack([ref[k] for k in head_detector.KINDS]), axis=0)
     assert best.shape == (2, 2) and np.allclose(best, want, atol=1e-6)
     cells = grid["data"][1]  # one invisible point per cell: what a click in the browser selects
-    assert cells["name"] == "cells" and list(zip(cells["y"], cells["x"])) == [(f"L{l}", f"H{h}") for l in range(2) for h in range(2)]
+    assert (cells["name"] == "cells"
+            and list(zip(cells["y"], cells["x"])) == [(f"L{l}", f"H{h}") for l in range(2) for h in range(2)])
     # choosing a head from the list opens it: the shared layer and head follow
     at.selectbox(key="det.pick").set_value(3).run()  # L1 H1 of a 2 × 2 grid
     assert at.title[0].value == "Attention · layer 1 · head 1"

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
-
-from apphelp import engine_run, array, chart, charts, messages, ok, page, set_sidebar, titles
+from apphelp import array, chart, engine_run, messages, ok, page, set_sidebar, titles
 
 
 def test_renders_lookup_onehot_positions_and_sum():
@@ -49,9 +48,8 @@ def test_editing_an_embedding_recomputes_downstream():
     # and further on: with this session's settings (and so its edit) the Logits page shows the edited model's loss
     import copy
 
-    from streamlit.testing.v1 import AppTest
-
     from apphelp import PAGES, ROOT, TIMEOUT
+    from streamlit.testing.v1 import AppTest
 
     logits = AppTest.from_file(str(ROOT / PAGES["logits"]), default_timeout=TIMEOUT)
     logits.session_state["gptviz.settings"] = copy.deepcopy(at.session_state["gptviz.settings"])

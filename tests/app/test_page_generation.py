@@ -1,5 +1,4 @@
 import numpy as np
-
 from apphelp import chart, ok, page
 
 
@@ -21,8 +20,8 @@ def test_distribution_stages_and_controls():
 def _engine_run(temperature, greedy, seed, n=12):
     """The page's default model and prompt, generated with the engine directly."""
     from gptviz import GPT, get_tokenizer, preset
-    from gptviz.text.batches import DEFAULT_PROMPT
     from gptviz.run.generation import generate
+    from gptviz.text.batches import DEFAULT_PROMPT
 
     tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
     cfg = preset("default", vocab_size=tok.vocab_size)

@@ -1,7 +1,6 @@
 import math
 
 import pytest
-
 from apphelp import charts, messages, metric, ok, page, set_sidebar
 
 
@@ -20,7 +19,8 @@ def test_renders_by_default_with_diagram_params_and_loss():
     assert len(at.table) == 1
     # the attention heatmap above the fold is a probability map with grey masked cells
     pattern = charts(at)[0]["data"]
-    assert pattern[0]["zmin"] == 0 and pattern[0]["zmax"] == 1 and [t.get("name") for t in pattern[1:]] == ["masked", "cells"]
+    assert (pattern[0]["zmin"] == 0 and pattern[0]["zmax"] == 1
+            and [t.get("name") for t in pattern[1:]] == ["masked", "cells"])
 
 
 def test_changing_the_shape_changes_params_and_diagram():
@@ -84,9 +84,8 @@ def test_a_task_model_is_scored_on_the_positions_its_task_scores():
 
 
 def test_the_app_opens_on_the_trained_shakespeare_model_and_can_show_it_untrained():
+    from gptviz import load_checkpoint, trace
     from gptviz.text import corpus
-    from gptviz import load_checkpoint
-    from gptviz import trace
     from gptviz.ui.resources import CHECKPOINTS
 
     at = ok(page("home", opening=True))

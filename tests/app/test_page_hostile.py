@@ -2,7 +2,6 @@
 calls for none, the tokens it makes) rather than an exception, and with the tokenizer that was chosen."""
 import numpy as np
 import pytest
-
 from apphelp import PAGES, array, charts, messages, page, set_sidebar
 
 TEXTS = ["", "   \n\t ", "🙂🚀👩‍👩‍👧‍👦 emoji", "مرحبا بالعالم שלום", "\x00\x01\x1b[31mred\x7f", "<|endoftext|>",
@@ -21,8 +20,9 @@ def char_bpe():
 
 
 def expected_char_bpe(text: str) -> tuple[list[str], list[str], tuple[int, int]]:
-    """(warnings, info messages, (positions of the shown row 0, T of the padded batch)) that ``text`` calls for with the default char BPE
-    tokenizer and the default model (block_size 32). Unknown characters are found from the vocabulary itself."""
+    """(warnings, info messages, (positions of the shown row 0, T of the padded batch)) that ``text`` calls for
+    with the default char BPE tokenizer and the default model (block_size 32). Unknown characters are found
+    from the vocabulary itself."""
     from gptviz.text.batches import DEFAULT_PROMPT
 
     tok = char_bpe()

@@ -4,9 +4,8 @@ import re
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
-
 from apphelp import ROOT, chart, charts, messages, titles
+from streamlit.testing.v1 import AppTest
 
 from gptviz import GPT, encode_batch, get_tokenizer, preset
 from gptviz.text.batches import DEFAULT_PROMPT
@@ -60,7 +59,8 @@ def test_every_fact_is_drawn(at):
               "std of x after k multiplications", "std of the residual stream"):
         assert any(w in x for x in t), w
     assert len(at.latex) >= 4 and len(at.code) >= 4  # each fact has its formula and its line of code
-    assert [h.value for h in at.header][:2] == ["1 · The first loss should be ln V", "2 · Large initial logits waste training"]
+    assert [h.value for h in at.header][:2] == ["1 · The first loss should be ln V",
+                                                "2 · Large initial logits waste training"]
     assert titles(at)[0].startswith("Initial loss against init_std")  # the sweep comes first
 
 

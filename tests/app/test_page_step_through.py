@@ -1,5 +1,4 @@
 import pytest
-
 from apphelp import engine_run, ok, page, set_sidebar
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from apphelp import charts, messages, ok, page, set_sidebar, titles
 
 

@@ -6,8 +6,7 @@ import torch
 from apphelp import ROOT, TIMEOUT, array, chart, messages, metric, ok, set_sidebar, titles
 from streamlit.testing.v1 import AppTest
 
-from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz import trace
+from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
 from gptviz.text.batches import DEFAULT_PROMPT
 
 PAGE = "app_pages/who_did_it.py"
@@ -152,8 +151,8 @@ def test_the_induction_model_gets_an_induction_pair_and_patching_finds_the_detec
     """On the shipped attention-only model the ready-made pair is an induction prompt ("the Prince of England and
     the Prince of E" → 'n'; with Egypt first → 'g'), and the head patching finds the head that the detector
     scores highest for induction on the repeated-random probe."""
-    from gptviz.interp import head_detector
     from gptviz import load_checkpoint
+    from gptviz.interp import head_detector
     from gptviz.ui.resources import CHECKPOINTS
 
     at = ok(who(preset="checkpoint: induction-heads"))

@@ -9,6 +9,7 @@ pytestmark = pytest.mark.browser
 
 
 from kit import SHOTS, browser, server, wait_for_charts  # noqa: F401 - the fixtures, imported
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through",
          "Backward", "Training", "Generation", "Model_and_weights", "Who_did_it", "Initialisation",
@@ -136,7 +137,7 @@ def test_training_can_be_stopped_and_keeps_the_model(server, browser):
         try:
             stopped.wait_for(timeout=30_000)
             break
-        except Exception:
+        except PlaywrightTimeout:
             continue
     stopped.wait_for(timeout=30_000)
     wait_for_charts(page)

@@ -5,8 +5,8 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
-from kit import SHOTS, browser, server, wait_for_charts  # noqa: E402,F401 - the fixtures, imported
+from kit import SHOTS, browser, server, wait_for_charts  # noqa: F401 - the fixtures, imported
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHARTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((gd, i) => ({
     i, title: String((gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title)) || ''),

@@ -14,8 +14,14 @@ def median_ratio(fa, fb, reps: int) -> tuple[float, float, float]:
     """Interleave a and b ``reps`` times; return (median a, median b, median of a/b)."""
     ta, tb, r = [], [], []
     for _ in range(reps):
-        t0 = time.perf_counter(); fa(); t1 = time.perf_counter(); fb(); t2 = time.perf_counter()  # noqa: E702
-        ta.append(t1 - t0); tb.append(t2 - t1); r.append((t1 - t0) / (t2 - t1))  # noqa: E702
+        t0 = time.perf_counter()
+        fa()
+        t1 = time.perf_counter()
+        fb()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+        r.append((t1 - t0) / (t2 - t1))
     return statistics.median(ta), statistics.median(tb), statistics.median(r)
 
 

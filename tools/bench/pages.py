@@ -79,7 +79,9 @@ def _empty_script_ms(AppTest, reps: int) -> tuple[float, int]:
     at0 = AppTest.from_file(str(empty), default_timeout=120).run()
     base = []
     for _ in range(reps * 2):
-        t = time.perf_counter(); at0.run(); base.append(time.perf_counter() - t)  # noqa: E702
+        t = time.perf_counter()
+        at0.run()
+        base.append(time.perf_counter() - t)
     return statistics.median(base) * 1e3, len(base)
 
 
@@ -129,7 +131,7 @@ def _bench_page(AppTest, page: str, shape: str, exp: dict, reps: int, base_ms: f
                             f"≤ {exp['goal_ms']} ms" if goal_ok is not None else "", goal_ok))
     except BenchFailure as exc:
         rows.append(failed(figure, label, str(exc)))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a bench row fails, the bench goes on
         rows.append(failed(figure, label, f"{type(exc).__name__}: {exc}"[:200]))
     return rows
 

@@ -181,7 +181,7 @@ def _training_ids(ctx) -> tuple[tuple, str]:
     for text, what in ((ctx.s.get("text") or "", "your text"), (BUILTIN_TEXT, "the built-in text")):
         try:
             ids = [i for i in ctx.tok.encode(text) if 0 <= i < ctx.cfg.vocab_size][:20_000]
-        except Exception:
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot read this text: try the next one
             continue
         if len(ids) >= max(need, 64 if what == "your text" else 0):
             return tuple(ids), what

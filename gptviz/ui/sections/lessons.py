@@ -106,7 +106,7 @@ def keep_address_bar(place: Place, *, key: str = PAGE_KEY) -> None:
                     del st.query_params[k]
             elif st.query_params.get(k) != v:
                 st.query_params[k] = v
-    except Exception:  # no address bar outside a browser (a test, a script)
+    except Exception:  # noqa: BLE001 - no address bar outside a browser (a test, a script)
         pass
     st.session_state[f"{key}.url"] = state
 

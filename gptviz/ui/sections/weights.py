@@ -96,7 +96,7 @@ def hub(ctx, *, key: str = "wt") -> None:
             try:
                 with st.spinner("Downloading GPT-2 small…"):
                     hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - offline, DNS, proxy, cache: all say the same to a user
                 st.error("GPT-2 could not be downloaded: the Hugging Face hub is not reachable from this machine "
                          f"(offline?) and it is not in the local cache. ({type(exc).__name__})")
             else:

@@ -87,7 +87,7 @@ def _token_from_text(ctx, text: str) -> tuple[Optional[int], str]:
         return vocab.index(text), ""
     try:
         ids = ctx.tok.encode(text)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a tokenizer's refusal becomes a message
         return None, f"{text!r} could not be tokenized ({exc}): type another token."
     if len(ids) != 1:
         shown = " · ".join(_quote(ctx.id_label(i)) for i in ids) or "nothing"
@@ -218,7 +218,7 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
         _open_head(ctx.s, *lh)
         try:
             st.switch_page("app_pages/attention.py")
-        except Exception:
+        except Exception:  # noqa: BLE001 - outside the multipage app (a lone script, a test)
             st.success(f"Layer {lh[0]}, head {lh[1]} is now the selected head: open the Attention page to see it.")
 
 
@@ -246,7 +246,7 @@ def compare_prompts(ctx, *, key: str = "cmp") -> None:
                             key=f"{key}.corrupt.{tag}")
     try:
         ids_c, ids_k = tok.encode(clean), tok.encode(corrupt)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a tokenizer's refusal becomes a message
         st.error(f"The prompts could not be tokenized ({exc}): change them.")
         return
     if not ids_c or not ids_k:
