@@ -76,8 +76,10 @@ def test_rope_model_shows_rotated_steps_and_bad_shape_keeps_page():
 
 
 def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head():
+    import torch
+
     from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
-    from gptviz.interp import head_detector
+    from gptviz.interp.head_detector import repeated_probe
     from gptviz.text.batches import DEFAULT_PROMPT
 
     at = ok(page("attention"))
@@ -88,15 +90,32 @@ def test_head_detector_grid_matches_an_independent_computation_and_opens_a_head(
     b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
     model = GPT(cfg)
     T = b.lengths[0]
-    pats = np.stack([trace(model, b.x)[f"blocks.{l}.attn.hook_pattern"][0, :, :T, :T].numpy() for l in range(2)])
-    ref = head_detector.head_scores(pats, b.x[0, :T].numpy())
-    pr = head_detector.probe(model, n=32, batch=8, seed=0)["scores"]
-    ref["induction"], ref["duplicate"] = pr["induction"], pr["duplicate"]
-    want = np.max(np.stack([ref[k] for k in head_detector.KINDS]), axis=0)
-    assert best.shape == (2, 2) and np.allclose(best, want, atol=1e-6)
+    tr = trace(model, b.x)
+    P = np.stack([tr[f"blocks.{l}.attn.hook_pattern"][0, :, :T, :T].numpy() for l in range(2)]).astype(np.float64)
+    # previous, current and first from the text, by hand: the mean weight on t-1 (t >= 1), on t, on 0 (t >= 1)
+    want = {"previous": np.mean([P[:, :, t, t - 1] for t in range(1, T)], axis=0),
+            "current": np.mean([P[:, :, t, t] for t in range(T)], axis=0),
+            "first": np.mean([P[:, :, t, 0] for t in range(1, T)], axis=0)}
+    # induction and duplicate from the probe (8 rows of a run of n distinct tokens, then the run again): position
+    # t >= n repeats t - n only, so duplicate is the weight on t - n and induction on t - n + 1, for t = n..2n-1
+    n = min(32, cfg.block_size // 2)
+    idx = repeated_probe(cfg.vocab_size, n, 8, 0)
+    assert torch.equal(idx[:, :n], idx[:, n:]) and all(len(set(r[:n].tolist())) == n for r in idx)
+    tp = trace(model, idx)
+    Q = np.stack([tp[f"blocks.{l}.attn.hook_pattern"].numpy() for l in range(2)]).astype(np.float64)  # (L, B, H, ..)
+    want["duplicate"] = np.mean([Q[..., t, t - n] for t in range(n, 2 * n)], axis=(0, 2))
+    want["induction"] = np.mean([Q[..., t, t - n + 1] for t in range(n, 2 * n)], axis=(0, 2))
+    top = np.max(np.stack(list(want.values())), axis=0)
+    assert best.shape == (2, 2) and np.allclose(best, top, rtol=0, atol=1e-6)
     cells = grid["data"][1]  # one invisible point per cell: what a click in the browser selects
     assert (cells["name"] == "cells"
             and list(zip(cells["y"], cells["x"])) == [(f"L{l}", f"H{h}") for l in range(2) for h in range(2)])
+    # each cell's hover names every kind's score (2 decimals): all five match the hand computation
+    for i, tip in enumerate(cells["text"]):
+        shown = dict(line.split(": ") for line in tip.split("<br>")[1:])
+        assert set(shown) == set(want), tip
+        for k, v in shown.items():
+            assert abs(float(v) - want[k][i // 2, i % 2]) <= 0.005 + 1e-9, (tip, k)
     # choosing a head from the list opens it: the shared layer and head follow
     at.selectbox(key="det.pick").set_value(3).run()  # L1 H1 of a 2 × 2 grid
     assert at.title[0].value == "Attention · layer 1 · head 1"
