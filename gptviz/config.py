@@ -20,6 +20,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh")
 # 10-billion-parameter model on a laptop should say no, not freeze.
 MAX_PARAMS = 200_000_000
 MAX_TRACE_BYTES = 1_000_000_000
+MAX_TABLE_BYTES = 1_000_000_000  # the position tables a model builds (sin/cos, rotary), at their peak while built
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class ModelConfig:
             + B * T * self.d_attn  # z
             + (0 if self.attn_only else B * T * self.d_mlp * 2)  # mlp pre and post
         )
-        total = self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * 2
+        total = self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * 2 + T * T  # + the causal mask
         if self.n_enc_layer >= 0:
             S = self.enc_len
             cross = (B * T * (6 * C + 1) + B * T * self.d_attn * 2 + B * S * self.d_attn * 2
@@ -183,13 +184,38 @@ class ModelConfig:
                 total += self.n_enc_layer * enc_layer + B * S * (4 * C)
         return 4 * total * (2 if grads else 1)
 
+    @property
+    def n_pos(self) -> int:
+        """How many positions the model's tables cover: the decoder's, and an encoder-decoder's source too."""
+        return max(self.block_size, self.enc_len) if self.n_enc_layer >= 0 else self.block_size
+
+    def table_bytes(self) -> int:
+        """An upper estimate of the memory the fixed position tables take at their peak while they are built
+        (float64 intermediates included): a sin/cos table is (n_pos, n_embd), rotary cos and sin (n_pos, d_head/2)
+        each. Learned positions are parameters (``num_params``); the causal mask is built per forward pass, for
+        the real sequence length only, and is counted in ``trace_bytes``."""
+        if self.pos_encoding == "sinusoidal":
+            return 24 * self.n_pos * self.n_embd  # float64 table, angles, sin and cos; the float32 copy
+        if self.pos_encoding == "rope":
+            return 28 * self.n_pos * (self.d_head // 2)  # float64 angles and positions; float32 angles, cos, sin
+        return 0
+
     def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False) -> None:
-        """Refuse, before allocating anything, a model or trace too big for this app."""
+        """Refuse, before allocating anything, a model or trace too big for this app: its parameters, the
+        position tables it builds, and the trace."""
         n = self.num_params()
         if n > MAX_PARAMS:
             raise ValueError(
                 f"this config has {n:,} parameters, over the limit of {MAX_PARAMS:,}: "
                 "make n_layer, n_embd, d_mlp or vocab_size smaller"
+            )
+        t = self.table_bytes()
+        if t > MAX_TABLE_BYTES:
+            width = "n_embd" if self.pos_encoding == "sinusoidal" else "d_head"
+            raise ValueError(
+                f"this config's {self.pos_encoding} position tables ({self.n_pos:,} positions) would need about "
+                f"{t / 1e9:.1f} GB, over the limit of {MAX_TABLE_BYTES / 1e9:.0f} GB: "
+                f"make block_size or {width} smaller"
             )
         T = self.block_size if seq_len is None else seq_len
         b = self.trace_bytes(batch, T, grads)

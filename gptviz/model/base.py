@@ -1,14 +1,21 @@
 """TransformerBase, what GPT and the encoder-decoder model share: seeded set-up, input checks, masks, parameter table.
 
 A subclass builds its modules on the meta device, declares its hook points, then calls ``set_up(n_pos)``,
-which allocates the weights on the CPU, ties the head, registers the position tables and the causal mask,
-and initialises every weight from a private generator seeded with ``config.seed``: the global RNG is
-neither read nor advanced, and the same config always gives the same weights.
+which allocates the weights on the CPU, ties the head, registers the position tables, and initialises
+every weight from a private generator seeded with ``config.seed``: the global RNG is neither read nor advanced,
+and the same config always gives the same weights. The causal mask is built at each forward pass for the real
+sequence length (T × T), never block_size × block_size.
+
+``config.check_limits`` counts the parameters and the position tables before anything is allocated; inside
+``shapes_only()`` a model stays on the meta device (shapes, no memory), so a loader can compare a file's tensors
+with the shapes a config asks for before building it.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+import threading
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -17,6 +24,19 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from .hook_points import HookPoint
 from .layers import rope_angles, sinusoidal_table
+
+_BUILD = threading.local()
+
+
+@contextmanager
+def shapes_only() -> Iterator[None]:
+    """Models built in this block stay on the meta device: ``set_up`` allocates, ties and initialises nothing."""
+    before = getattr(_BUILD, "shapes_only", False)
+    _BUILD.shapes_only = True
+    try:
+        yield
+    finally:
+        _BUILD.shapes_only = before
 
 
 class TransformerBase(nn.Module):
@@ -31,10 +51,12 @@ class TransformerBase(nn.Module):
         self.config = config
 
     def set_up(self, n_pos: int) -> None:
-        """Allocate the meta-built weights, tie the head, register the tables for ``n_pos`` positions and the
-        causal mask, initialise from ``config.seed``, and switch to eval mode (a model here is mostly looked at:
-        dropout is off until ``.train()`` is called)."""
+        """Allocate the meta-built weights, tie the head, register the tables for ``n_pos`` positions, initialise
+        from ``config.seed``, and switch to eval mode (a model here is mostly looked at: dropout is off until
+        ``.train()`` is called). Inside ``shapes_only()``, nothing: the model stays on the meta device."""
         config = self.config
+        if getattr(_BUILD, "shapes_only", False):
+            return
         self.to_empty(device="cpu")
         if config.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight
@@ -44,9 +66,6 @@ class TransformerBase(nn.Module):
             ang = rope_angles(n_pos, config.d_head, config.rope_base)
             self.register_buffer("rope_cos", ang.cos(), persistent=False)
             self.register_buffer("rope_sin", ang.sin(), persistent=False)
-        self.register_buffer(
-            "causal", torch.ones(config.block_size, config.block_size, dtype=torch.bool).tril(), persistent=False
-        )
         self.reset_parameters(config.seed)
         self.eval()
 
@@ -115,7 +134,8 @@ class TransformerBase(nn.Module):
     def allowed_keys(self, T: int, attention_mask: Optional[torch.Tensor]):
         """``(allowed, dead)``. allowed: (1 or B, 1, T, T) bool, query i may look at key j (causal, and
         not at padded keys). dead: the query rows that may look at no key at all, or None if there are none."""
-        allowed = self.causal[:T, :T][None, None]
+        # built for this T only, never block_size²
+        allowed = torch.ones(T, T, dtype=torch.bool, device=self.lm_head.weight.device).tril()[None, None]
         if attention_mask is None:
             return allowed, None  # the diagonal is always allowed
         allowed = allowed & attention_mask.bool()[:, None, None, :]

@@ -52,6 +52,8 @@ def gpt2_state_dict_to_gptviz(sd: dict, n_layer: int) -> dict:
         else:
             out["transformer." + k] = v
     if "lm_head.weight" not in out:
+        if "transformer.wte.weight" not in out:
+            raise ValueError("these GPT-2 weights lack wte.weight (the token embedding)")
         out["lm_head.weight"] = out["transformer.wte.weight"]
     return out
 

@@ -74,15 +74,20 @@ def vocab_labels(tok) -> list[str]:
 
 
 def shipped_checkpoint(name: str) -> str:
-    """Load one of the checkpoints that ship with gptviz and register it (again, if it was forgotten)."""
+    """Load one of the checkpoints that ship with gptviz and register it (again, if it was forgotten).
+
+    ``name`` comes from a link (``?preset=checkpoint:NAME``), so only the name of a shipped checkpoint, a plain
+    file name found in checkpoints/, is accepted: never a path, and the error names the choices, not the folder."""
     from ..model.checkpoint import load_checkpoint
 
+    names = shipped_names()
+    if not isinstance(name, str) or name not in names:
+        raise ValueError(f"there is no shipped checkpoint of that name (choose one of {', '.join(names)})")
     key = f"ckpt-{name}"
     if registered(key) is not None:
         return key
-    path = CHECKPOINTS / f"{name}.safetensors"
-    ck = load_checkpoint(path)
-    return register_model(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", ck.meta, key=f"ckpt-{name}")
+    ck = load_checkpoint(CHECKPOINTS / f"{name}.safetensors")
+    return register_model(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", ck.meta, key=key)
 
 
 def shipped_names(decoder_only: bool = False) -> list[str]:

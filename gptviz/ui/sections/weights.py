@@ -77,9 +77,11 @@ def upload(ctx, *, key: str = "wt") -> None:
         except ValueError as exc:
             st.error(f"**{up.name} was not loaded:** {exc}")
         else:
-            model_key = resources.register_model(ck.model, ck.tokenizer, f"uploaded {up.name}", ck.meta)
+            meta = ck.meta if isinstance(ck.meta, dict) else {}
+            model_key = resources.register_model(ck.model, ck.tokenizer, f"uploaded {up.name}", meta)
             st.success(f"Loaded {up.name}: {ck.model.num_params():,} parameters.")
-            _use(ctx, model_key, ck.meta.get("example", ""))
+            example = meta.get("example")
+            _use(ctx, model_key, example if isinstance(example, str) else "")
 
 
 @section("weights.hub")
