@@ -12,9 +12,10 @@ with the config's own seed, so the same arguments always give the same numbers.
 4. ``spread_demo`` and ``residual_stds``: ``x @ W`` keeps std(x) when W ~ N(0, 1/n), multiplies it by √n when
    W ~ N(0, 1); and the std of each point of the residual stream of a freshly initialised model.
 
-Models up to ``SINGLE_THREAD_PARAMS`` are run on one torch thread (``torch_threads``, restored afterwards): for
-models this small the intra-op thread pool's hand-offs cost more than the arithmetic, badly so on a busy machine
-(the 13-scale saturation sweep: 0.4–0.8 s on one thread, 8.5–9.4 s on two, with both cores loaded).
+Nothing here changes torch's thread count: it is process-wide, so in the app (one process, every session) a change
+would reach every other session's work. For models this small the intra-op thread pool's hand-offs cost more than
+the arithmetic, badly so on a busy machine (the 13-scale saturation sweep: 0.4–0.8 s on one thread, 8.5–9.4 s on
+two, with both cores loaded): the server is best started with one torch thread.
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ GRID: tuple[float, ...] = tuple(round(0.002 * 10 ** (k / 4), 10) for k in range(
 SMALL_STD = 0.02
 LARGE_STD = 1.0
 MAX_SWEEP_PARAMS = 5_000_000  # above this, building 13 models per view is too slow for a live page
-SINGLE_THREAD_PARAMS = 1_000_000  # up to this, work on one torch thread (hand-offs cost more than the maths)
 MAX_TRAIN_PARAMS = 250_000  # above this, two live trainings of 200 steps take too long (e.g. a 50k vocabulary)
 TANH_SATURATED = 0.97  # |tanh(x)| > 0.97  <=>  |x| > 2.09, where the slope 1 - tanh² is below 0.06
 GELU_SATURATED = -3.0  # pre < -3: GELU's flat left tail, |slope| < 0.012 and |output| < 0.005
@@ -114,11 +114,10 @@ def loss_sweep(cfg: ModelConfig, x, y, attention_mask=None, scales: Sequence[flo
 
     Returns ``scales, losses, ln_v, current_std, current_loss``.
     """
-    with _threads_for(cfg):
-        losses = [initial_loss(cfg, x, y, attention_mask, s) for s in scales]
-        cur = cfg.init_std
-        near = [i for i, s in enumerate(scales) if math.isclose(s, cur, rel_tol=1e-9)]
-        cur_loss = losses[near[0]] if near else initial_loss(cfg, x, y, attention_mask, cur)
+    losses = [initial_loss(cfg, x, y, attention_mask, s) for s in scales]
+    cur = cfg.init_std
+    near = [i for i, s in enumerate(scales) if math.isclose(s, cur, rel_tol=1e-9)]
+    cur_loss = losses[near[0]] if near else initial_loss(cfg, x, y, attention_mask, cur)
     return dict(scales=[float(s) for s in scales], losses=losses, ln_v=ln_v(cfg), current_std=cur,
                 current_loss=cur_loss)
 
@@ -143,8 +142,7 @@ def initial_distributions(cfg: ModelConfig, x, attention_mask=None, init_std: Op
     x, m = _t(x), _t(attention_mask)
     n = int(_valid(x, m)[row].sum())
     std = float(cfg.init_std if init_std is None else init_std)
-    with _threads_for(cfg):
-        logits, _ = read_only_model(cfg, std)(x, None, m)
+    logits, _ = read_only_model(cfg, std)(x, None, m)
     y_row = None if y is None else np.asarray(y)[row]
     return [_guess(logits[row, t], t, std, cfg.vocab_size, y_row) for t in range(n)]
 
@@ -200,7 +198,9 @@ _threads_saved = 0
 def torch_threads(n: Optional[int]) -> Iterator[None]:
     """Run the block with ``n`` torch intra-op threads (None: leave the setting alone), then restore it.
 
-    The setting is process-wide, so overlapping users share one change: the first sets it, the last restores it.
+    For a script that is the only user of its process: the setting is process-wide, so in the app it would change
+    every other session's computations too. Nothing in this module uses it (overlapping users share one change:
+    the first sets it, the last restores it).
     """
     global _threads_users, _threads_saved
     if n is None:
@@ -220,19 +220,14 @@ def torch_threads(n: Optional[int]) -> Iterator[None]:
                 torch.set_num_threads(_threads_saved)
 
 
-def _threads_for(cfg: ModelConfig):
-    """One torch thread for a small model (see ``training_curves``), torch's own setting for a bigger one."""
-    return torch_threads(1 if cfg.num_params() <= SINGLE_THREAD_PARAMS else None)
-
-
 def training_curves(cfg: ModelConfig, ids: Sequence[int], scales: Sequence[float] = (SMALL_STD, LARGE_STD),
                     steps: int = 200, batch_size: int = 16, lr: float = 3e-3, block_size: int = 32,
-                    seed: int = 0, threads: Optional[int] = 1) -> dict:
+                    seed: int = 0) -> dict:
     """A short seeded AdamW training (constant lr, no warm-up) on ``ids`` from each scale.
 
-    ``threads``: torch threads while training (None: as set). A model this small trains fastest on one thread:
-    the thread pool's hand-offs cost more than the arithmetic (on a busy 2-core machine, 2.8 s per 200-step
-    curve on one thread against 45 s on two).
+    It runs on the process's own torch thread setting and never changes it (the setting is process-wide: it is
+    every session's). A model this small trains fastest on one thread (on a busy 2-core machine, 2.8 s per 200-step
+    curve on one thread against 45 s on two): a server that runs it should start with one torch thread.
 
     Returns ``scales, curves`` (one list of ``steps`` training losses per scale, plus the loss at step 0 first),
     ``seconds`` (per scale), ``ln_v``, ``steps``, ``tokens``.
@@ -246,12 +241,11 @@ def training_curves(cfg: ModelConfig, ids: Sequence[int], scales: Sequence[float
     tc = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, schedule="constant",
                      eval_every=steps, snapshot_every=steps)
     curves, seconds = [], []
-    with torch_threads(threads):
-        for s in scales:
-            t0 = time.perf_counter()
-            _, hist = train(fresh_model(cfg, s), task, tc, copy_model=False)
-            seconds.append(time.perf_counter() - t0)
-            curves.append([hist.eval_loss[0], *hist.loss])
+    for s in scales:
+        t0 = time.perf_counter()
+        _, hist = train(fresh_model(cfg, s), task, tc, copy_model=False)
+        seconds.append(time.perf_counter() - t0)
+        curves.append([hist.eval_loss[0], *hist.loss])
     return dict(scales=[float(s) for s in scales], curves=curves, seconds=seconds, ln_v=ln_v(cfg), steps=steps,
                 tokens=int(task.ids.numel()))
 
@@ -282,8 +276,7 @@ def _hist(v: np.ndarray, lo: float, hi: float, bins: int) -> tuple[list[int], li
 def _mlp_layers(cfg: ModelConfig, x, y, attention_mask, init_std, activation, bins: Optional[int]) -> list[dict]:
     x, y, m = _t(x), _t(y), _t(attention_mask)
     act = activation or cfg.activation
-    with _threads_for(cfg):
-        tr = trace(read_only_model(cfg, init_std, act), x, y, m, grads=True)
+    tr = trace(read_only_model(cfg, init_std, act), x, y, m, grads=True)
     valid = _valid(x, m)
     layers = []
     for l in range(cfg.n_layer):
@@ -384,8 +377,7 @@ def residual_stds(cfg: ModelConfig, x, attention_mask=None, init_std: Optional[f
     Returns ``names, labels, stds, init_std``.
     """
     x, m = _t(x), _t(attention_mask)
-    with _threads_for(cfg):
-        tr = trace(read_only_model(cfg, init_std), x, attention_mask=m)
+    tr = trace(read_only_model(cfg, init_std), x, attention_mask=m)
     valid = _valid(x, m)
     pts = residual_points(cfg)
     stds = [float(tr[n][valid].std()) for n, _ in pts]

@@ -10,7 +10,8 @@ The same on every chart:
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import re
+from typing import Any, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -45,12 +46,59 @@ def color_args(kind: str, values: np.ndarray) -> dict:
     return dict(colorscale=SIGNED_SCALE, zmin=-m, zmax=m, zmid=0.0)
 
 
+# Plotly reads a subset of HTML in every label it draws (titles, ticks, hover text, legend names, annotations):
+# ``<a href>`` is a link, ``<b>`` bold. Tokens and user text reach those labels, so ``figure`` escapes them all,
+# in this one place. Keys whose strings are pure data (a token, a name) are escaped whole; the others (titles,
+# hover text, templates) are escaped except for the few harmless tags the figures write themselves.
+_PLAIN_KEYS = frozenset({"x", "y", "ticktext", "tickvals", "customdata", "name", "categoryarray", "labels"})
+_OWN_TAGS = ("br", "/br", "br /", "b", "/b", "i", "/i", "sub", "/sub", "sup", "/sup", "extra", "/extra", "/span")
+_OWN_TAG = re.compile("(<(?:" + "|".join(re.escape(t) for t in _OWN_TAGS) + r"|span style='font-size:\d+px')>)")
+_BARE_AMP = re.compile(r"&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")
+
+
+_NUMBERS = frozenset({int, float, bool, type(None), np.float64, np.float32, np.int64, np.int32, np.bool_})
+
+
+def escape_label(text: str) -> str:
+    """``text`` with ``<``, ``>`` and ``&`` written as entities, so Plotly shows them as characters and never reads
+    them as markup. Idempotent (an entity is left as it is: Plotly shows it as its character, as text)."""
+    if "<" not in text and ">" not in text and "&" not in text:
+        return text
+    return _BARE_AMP.sub("&amp;", text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escape_markup(text: str) -> str:
+    """``text`` escaped as ``escape_label`` does, except for the figures' own harmless tags (``<br>``, ``<b>``,
+    ``<extra>``, a font-size ``<span>`` …): a title or hover text built around a token keeps its line breaks,
+    and the token's own ``<a href>`` stays text."""
+    bare = text.replace("<br>", "").replace("<extra>", "").replace("</extra>", "")  # the usual tags: fast path
+    if "<" not in bare and ">" not in bare and "&" not in bare:
+        return text
+    parts = _OWN_TAG.split(text)  # odd indices: the figures' own tags, kept
+    return "".join(p if i % 2 else escape_label(p) for i, p in enumerate(parts))
+
+
+def escape_labels(node: Any, plain: bool = False) -> Any:
+    """Every string in a figure's (nested) trace or layout dicts escaped (see ``escape_label``); numbers and
+    arrays as they are."""
+    if isinstance(node, str):
+        return escape_label(node) if plain else escape_markup(node)
+    if isinstance(node, dict):
+        return {k: escape_labels(v, plain or k in _PLAIN_KEYS) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        esc = escape_label if plain else escape_markup
+        return [esc(v) if type(v) is str else v if type(v) in _NUMBERS else escape_labels(v, plain) for v in node]
+    if isinstance(node, np.ndarray) and node.dtype == object:
+        return [escape_labels(v, plain) for v in node.tolist()]
+    return node
+
+
 def figure(data: list, layout: dict) -> go.Figure:
-    """A figure from plain trace and layout dicts, wrapped without validation.
+    """A figure from plain trace and layout dicts, wrapped without validation, every label escaped.
 
     Plotly's object model costs ~15 ms per heatmap, which a page of a dozen heatmaps cannot afford on every
     rerun. Tests check the result."""
-    return go.Figure(dict(data=data, layout=layout), _validate=False)
+    return go.Figure(dict(data=escape_labels(list(data)), layout=escape_labels(dict(layout))), _validate=False)
 
 
 def ticks(labels: Sequence[str]) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -175,14 +176,47 @@ def load_file(path: Path | str, views: Optional[Mapping[str, Callable]] = None) 
     return Lesson(path.stem, path, title, summary, steps, settings)
 
 
+_FOLDER_CACHE: dict[tuple, tuple[tuple, list[Lesson], list[LessonError]]] = {}
+_FOLDER_CACHE_MAX = 8
+_folder_lock = threading.Lock()
+
+
+def _stamps(paths: list[Path]) -> tuple:
+    """What says a file changed: its name, modification time and size (a vanished file: no stamp)."""
+    out = []
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        out.append((p.name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
 def load_folder(folder: Path | str = LESSONS_DIR, views: Optional[Mapping[str, Callable]] = None
                 ) -> tuple[list[Lesson], list[LessonError]]:
     """Every ``*.toml`` in ``folder``, in file-name order: the lessons that load, and one error per file
-    that does not."""
+    that does not.
+
+    The result is kept (for every session) until a file's modification time or size changes or a file is added
+    or removed: the page asks for it on every rerun, and parsing and checking every file each time is wasted work.
+    """
+    paths = sorted(Path(folder).glob("*.toml"))
+    key = (str(Path(folder).resolve()),
+           None if views is None else tuple((name, id(fn)) for name, fn in sorted(views.items())))
+    stamps = _stamps(paths)
+    with _folder_lock:
+        hit = _FOLDER_CACHE.get(key)
+    if hit is not None and hit[0] == stamps:
+        return list(hit[1]), list(hit[2])
     lessons, errors = [], []
-    for path in sorted(Path(folder).glob("*.toml")):
+    for path in paths:
         try:
             lessons.append(load_file(path, views))
         except LessonError as exc:
             errors.append(exc)
-    return lessons, errors
+    with _folder_lock:
+        if key not in _FOLDER_CACHE and len(_FOLDER_CACHE) >= _FOLDER_CACHE_MAX:
+            _FOLDER_CACHE.pop(next(iter(_FOLDER_CACHE)))
+        _FOLDER_CACHE[key] = (stamps, lessons, errors)
+    return list(lessons), list(errors)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-TABLE_HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\- ]+?)\s*\]\]?\s*(#.*)?$")
+# One way to match each character (the name's spaces are stripped afterwards), so a long line that is not a
+# header fails in linear time: the old ``\s*([… ]+?)\s*`` could split a run of spaces three ways (cubic).
+TABLE_HEADER = re.compile(r"^\s*\[\[?([A-Za-z0-9_.\- \t]+)\]\]?\s*(?:#.*)?$")
 
 
 class TomlLines:

@@ -5,6 +5,7 @@ Every section takes the prompt and the sampling settings as options; those not g
 once per ``key`` and run, and shared by the sections drawn with that key), so a lesson can pin them."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,6 +20,14 @@ from ..widgets import plot
 from . import section
 
 SHOW = 12  # bars per chart
+_MD_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+
+
+def plain_md(text: str) -> str:
+    """``text`` as Markdown that shows it literally: every ASCII punctuation character backslash-escaped (no link,
+    no emphasis, no HTML, no LaTeX, no bare-URL autolink: ``http\\://`` and ``www\\.`` are not links), new lines
+    as spaces."""
+    return _MD_PUNCT.sub(r"\\\1", " ".join(str(text).splitlines()))
 
 
 @dataclass
@@ -105,7 +114,7 @@ def distribution(ctx, *, key: str = "gen", prompt: Optional[str] = None, tempera
     final = [float(v) for v in d.final[order]]
     if mark is None and not hl and final and final[0] > 0:
         mark = 0
-    st.subheader(f"What comes after “{inp.prompt[-40:]}”?")
+    st.subheader(f"What comes after “{plain_md(inp.prompt[-40:])}”?")
     plot(ctx, figures.bar_chart(labels, final, title="The distribution a token is drawn from", x_title="probability",
                                 prob=True, highlight=mark), key=f"{key}.final")
     stages = [("softmax(logits)", d.raw), (f"÷ temperature {inp.temperature:g}", d.tempered),
@@ -139,7 +148,7 @@ def generate(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature
     if mode is None:
         mode = c1.radio("Choice", ["greedy", "sampled"], horizontal=True, key=f"{key}.mode")
     else:
-        c1.markdown(f"**Choice:** {mode}")
+        c1.markdown(f"**Choice:** {plain_md(mode)}")
     n = c2.slider("Tokens", 1, 50, 12, key=f"{key}.n") if tokens is None else int(tokens)
     seed = c3.number_input("Seed", 0, 2**31 - 1, 0, key=f"{key}.seed")
     state = f"gptviz.{key}"
@@ -154,7 +163,7 @@ def generate(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature
     toks = g["tokens"]
     st.markdown(figures.token_chips_html([vocab[i] for i in g["ids"]] + [vocab[i] for i in toks], g["ids"] + toks,
                                          pad_from=None), unsafe_allow_html=True)
-    st.markdown(f"**Text:** {tok.decode(g['ids'] + toks)!r}")
+    st.markdown(f"**Text:** {plain_md(repr(tok.decode(g['ids'] + toks)))}")
     k = (st.slider("Step", 1, len(toks), 1, key=f"{key}.step") if len(toks) > 1 else 1) - 1
     p = np.asarray(g["dists"][k])
     chosen = int(toks[k])

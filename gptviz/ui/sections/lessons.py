@@ -8,6 +8,7 @@ the charts larger. The page's state lives in ``st.session_state`` under its ``ke
 """
 from __future__ import annotations
 
+import html
 import inspect
 import re
 from dataclasses import dataclass
@@ -162,7 +163,7 @@ def picker(ctx, *, key: str = PAGE_KEY) -> Place:
     n = len(lesson.steps)
     i = pos[lid] = max(0, min(int(pos.get(lid, 0)), n - 1))
     top[1].markdown(f"<div class='lesson-counter' data-testid='lesson-counter'>Step {i + 1} of {n} · "
-                    f"{lesson.title}</div>", unsafe_allow_html=True)
+                    f"{html.escape(lesson.title)}</div>", unsafe_allow_html=True)
     top[2].toggle("Presenter mode", key=f"{key}.present", help="Sidebar collapsed, larger text and charts, one step "
                   "per screen for a 1280×720 projector. Kept in the address bar (?present=1). ← and → move between "
                   "steps.")
