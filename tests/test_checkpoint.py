@@ -5,6 +5,7 @@ import pickle
 
 import pytest
 import torch
+import transformers  # pinned in requirements-dev.txt: missing, the file fails instead of skipping
 from conftest import CONFIGS, random_ids
 
 from gptviz import GPT, CharBPETokenizer, trace
@@ -57,7 +58,6 @@ def test_nanogpt_ckpt_pt(tmp_path):
 
 
 def test_hf_gpt2_safetensors(tmp_path):
-    transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(vocab_size=40, n_positions=12, n_embd=32, n_layer=2, n_head=4)
     torch.manual_seed(0)
     hf = perturb(transformers.GPT2LMHeadModel(cfg).eval())

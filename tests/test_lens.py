@@ -3,11 +3,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers  # pinned in requirements-dev.txt: missing, the file fails instead of skipping
 
 from gptviz import GPT, ModelConfig, from_hf_gpt2, trace
 from gptviz.interp.lens import REST_LABEL, components, decompose, describe_top, head_grid, lens_summary, logit_lens
+from gptviz.model.build import build_model
 
 TOL = 1e-4
+HEAD_TOL = 1e-6  # one head's share: values up to ~0.1 here, computed to ~1e-9
 
 
 def perturbed(cfg: ModelConfig, seed: int = 0) -> GPT:
@@ -33,6 +36,82 @@ def batch(cfg, B=2, T=7, seed=1):
 
 def logit_of(tr, ids):
     return tr.logits.gather(-1, ids.clamp(min=0)[..., None])[..., 0]
+
+
+@torch.no_grad()
+def head_outputs(tr, m, l):
+    """What each head of layer l wrote into the residual stream, (n_head, B, T, C) in float64, one head at a time:
+    ``hook_z[..., h, :] @ W_O_h.T`` with W_O_h head h's column block of the attention output projection's weight."""
+    cfg, attn = m.config, m.transformer.h[l].attn
+    W_O = (attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj).weight.double()  # (C, n_head * d_head)
+    z = tr[f"blocks.{l}.attn.hook_z"].double()  # (B, T, n_head, d_head)
+    hs = cfg.d_head
+    return torch.stack([z[..., h, :] @ W_O[:, h * hs:(h + 1) * hs].T for h in range(cfg.n_head)])
+
+
+@torch.no_grad()
+def through_frozen_norm(tr, m, vec, ids):
+    """A vector written into the residual stream (..., B, T, C), read as a logit of ``ids`` (B, T): the final norm with
+    its scale fixed at the value the trace recorded (``ln_final.hook_scale``; LayerNorm also centres), then its
+    weight, then the token's unembedding row."""
+    if m.config.norm == "layernorm":
+        vec = vec - vec.mean(-1, keepdim=True)
+    u = m.lm_head.weight[ids.clamp(min=0)].double()  # (B, T, C)
+    return (vec / tr["ln_final.hook_scale"].double() * m.transformer.ln_f.weight.double() * u).sum(-1)
+
+
+def assert_each_head_by_hand(tr, m, labels, c, ids):
+    """Every layer's every head: its row of decompose's contributions (found by its label) equals its own output
+    sent through the frozen final norm by hand, at every position with a token."""
+    valid = ids != -100
+    for l in range(m.config.n_layer):
+        by_hand = through_frozen_norm(tr, m, head_outputs(tr, m, l), ids)  # (n_head, B, T)
+        for h in range(m.config.n_head):
+            torch.testing.assert_close(c[labels.index(f"L{l}.H{h}")][valid].double(), by_hand[h][valid],
+                                       rtol=1e-5, atol=HEAD_TOL, msg=lambda e, l=l, h=h: f"L{l}.H{h}: {e}")
+
+
+@torch.no_grad()
+def lens_logits_by_hand(tr, m):
+    """The logit lens in plain torch, (n_layer + 1, B, T, vocab) in float64: every layer's input, then the last
+    layer's output, through the final norm with its own mean and scale, and the unembedding."""
+    cfg, ln = m.config, m.transformer.ln_f
+    L = cfg.n_layer
+    W_U = (m.transformer.wte.weight if cfg.tie_weights else m.lm_head.weight).double()
+    w, b = ln.weight.double(), (None if ln.bias is None else ln.bias.double())
+    out = []
+    for r in [tr[f"blocks.{l}.hook_resid_pre"] for l in range(L)] + [tr[f"blocks.{L - 1}.hook_resid_post"]]:
+        r = r.double()
+        if cfg.norm == "layernorm":
+            n = F.layer_norm(r, (cfg.n_embd,), w, b, cfg.ln_eps)
+        else:
+            n = r / torch.sqrt(r.pow(2).mean(-1, keepdim=True) + cfg.ln_eps) * w + (0 if b is None else b)
+        out.append(n @ W_U.T + (0 if m.lm_head.bias is None else m.lm_head.bias.double()))
+    return torch.stack(out)
+
+
+def two_rows():
+    """A perturbed model and a batch of two different texts, each row with its own targets and its own position
+    that has nothing to predict (row 0 the last, row 1 position 2)."""
+    cfg = DLA_CONFIGS["layernorm-learned-tied"]
+    m = perturbed(cfg)
+    x, y = batch(cfg)
+    y[1, 2] = -100
+    assert not torch.equal(x[0], x[1]) and (y[0] != y[1]).sum() >= 5
+    return cfg, m, x, y, trace(m, x, y)
+
+
+def assert_summary_by_hand(s, probs, y, k):
+    """One row's lens summary against the plain-torch lens probabilities of that row (P, T, V) and its targets (T,)."""
+    y = y.numpy()
+    valid = y != -100
+    p = probs.numpy()
+    np.testing.assert_allclose(s.target_prob[:, valid], p[:, valid, y[valid]], rtol=0, atol=1e-6)
+    assert np.isnan(s.target_prob[:, ~valid]).all() and not np.isnan(s.target_prob[:, valid]).any()
+    v, i = probs.topk(k, dim=-1)  # (P, T, k): all k, in order
+    assert s.top_ids.shape == tuple(i.shape)
+    np.testing.assert_array_equal(s.top_ids, i.numpy())
+    np.testing.assert_allclose(s.top_probs, v.numpy(), rtol=0, atol=1e-6)
 
 
 DLA_CONFIGS = {
@@ -62,6 +141,8 @@ def test_contributions_add_up_to_the_logit(name):
     valid = y != -100
     err = (c.sum(0) + bias - logit_of(tr, y))[valid].abs().max()
     assert err < TOL, float(err)
+    # not only the sum: every head of every layer is its own output through the frozen final norm
+    assert_each_head_by_hand(tr, m, labels, c, y)
     # nothing to predict: NaN, not a made-up 0
     assert torch.isnan(c[:, ~valid]).all() and torch.isnan(bias[~valid]).all()
     # one token for every position, and an explicit (B, T) array of ids
@@ -69,6 +150,7 @@ def test_contributions_add_up_to_the_logit(name):
         _, c2, b2 = decompose(tr, m, tokens)
         ids = torch.full_like(x, tokens) if isinstance(tokens, int) else tokens
         assert (c2.sum(0) + b2 - logit_of(tr, ids)).abs().max() < TOL
+        assert_each_head_by_hand(tr, m, labels, c2, ids)
     # the app's cached numpy trace gives the same numbers
     _, cn, bn = decompose(tr.numpy(), m, "target")
     assert isinstance(cn, np.ndarray)
@@ -76,32 +158,37 @@ def test_contributions_add_up_to_the_logit(name):
     np.testing.assert_allclose(bn, bias.numpy(), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["layernorm-learned-tied", "rmsnorm-rope-untied", "attn-only"])
+@pytest.mark.parametrize("name", ["layernorm-learned-tied", "rmsnorm-rope-untied", "attn-only", "wide-heads-head-bias"])
 def test_heads_of_a_layer_add_up_to_its_recorded_attention_output(name):
     """Independent of how decompose splits c_proj: the heads plus the bias equal the recorded hook_attn_out,
-    sent through the same frozen final norm by hand."""
+    sent through the same frozen final norm by hand; and head_grid's cell (l, h) is head h's own output
+    (``hook_z[..., h, :] @ W_O_h.T``) through that norm, for every layer and head."""
     cfg = DLA_CONFIGS[name]
     m = perturbed(cfg)
     x, y = batch(cfg)
     tr = trace(m, x, y)
     labels, c, _ = decompose(tr, m, "target")
     grid = head_grid(c, cfg)  # (L, H, B, T)
-    ln = m.transformer.ln_f
-    u = m.lm_head.weight[y.clamp(min=0)]
+    assert grid.shape == (cfg.n_layer, cfg.n_head, *x.shape)
     valid = y != -100
     for l in range(cfg.n_layer):
-        a = tr[f"blocks.{l}.hook_attn_out"]
-        if cfg.norm == "layernorm":
-            a = a - a.mean(-1, keepdim=True)
-        by_hand = ((a / tr["ln_final.hook_scale"]) * ln.weight * u).sum(-1)
+        a = tr[f"blocks.{l}.hook_attn_out"].double()
         ours = grid[l].sum(0)
         if f"L{l} attn bias" in labels:
             ours = ours + c[labels.index(f"L{l} attn bias")]
-        assert (ours - by_hand)[valid].abs().max() < TOL
+        assert (ours - through_frozen_norm(tr, m, a, y))[valid].abs().max() < TOL
+        # the hand split is right: the heads' outputs plus the projection's bias are the recorded output
+        heads = head_outputs(tr, m, l)  # (H, B, T, C)
+        bias = m.transformer.h[l].attn.c_proj.bias
+        torch.testing.assert_close(heads.sum(0) + (0 if bias is None else bias.double()), a, rtol=1e-5, atol=1e-5)
+        # and each head on its own, in its own cell
+        by_hand = through_frozen_norm(tr, m, heads, y)  # (H, B, T)
+        for h in range(cfg.n_head):
+            torch.testing.assert_close(grid[l, h][valid].double(), by_hand[h][valid], rtol=1e-5, atol=HEAD_TOL,
+                                       msg=lambda e, l=l, h=h: f"head_grid[{l}, {h}]: {e}")
 
 
 def test_hugging_face_gpt2_with_random_weights():
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=50,
                                                               n_positions=16)).eval()
@@ -132,38 +219,27 @@ def test_logit_lens_last_point_is_the_logits_and_early_points_match_plain_torch(
     # numpy trace (what the app caches): numpy out, same values
     _, lens_np = logit_lens(tr.numpy(), m)
     assert isinstance(lens_np, np.ndarray) and np.array_equal(lens_np[-1], tr.numpy().logits)
-    # an early point, written out with plain torch ops
-    ln = m.transformer.ln_f
-    for l in range(cfg.n_layer):
-        r = tr[f"blocks.{l}.hook_resid_pre"]
-        if cfg.norm == "layernorm":
-            n = F.layer_norm(r, (cfg.n_embd,), ln.weight, ln.bias, cfg.ln_eps)
-        else:
-            n = (r / torch.sqrt(r.pow(2).mean(-1, keepdim=True) + cfg.ln_eps) * ln.weight
-                 + (0 if ln.bias is None else ln.bias))
-        W_U = m.transformer.wte.weight if cfg.tie_weights else m.lm_head.weight
-        assert (lens[l] - n @ W_U.T).abs().max() < 1e-4
+    # every point, written out with plain torch ops
+    assert (lens - lens_logits_by_hand(tr, m)).abs().max() < 1e-4
     # one row only (a matmul over fewer rows may round differently in the last bit)
     _, one = logit_lens(tr, m, rows=1)
     assert one.shape[1] == 1 and (one[:, 0] - lens[:, 1]).abs().max() < 1e-6
 
 
 def test_lens_summary_matches_the_full_lens():
-    cfg = DLA_CONFIGS["layernorm-learned-tied"]
-    m = perturbed(cfg)
-    x, y = batch(cfg)
-    tr = trace(m, x, y).numpy()
-    _, lens = logit_lens(tr, m)
-    s = lens_summary(tr, m, b=0, k=3)
-    probs = torch.softmax(torch.from_numpy(lens[:, 0]), -1).numpy()  # (P, T, V)
-    yy = y[0].numpy()
-    valid = yy != -100
-    np.testing.assert_allclose(s.target_prob[:, valid], probs[:, valid, yy[valid]], atol=1e-6)
-    assert np.isnan(s.target_prob[:, ~valid]).all()
-    assert (s.top_ids[..., 0] == probs.argmax(-1)).all()
-    np.testing.assert_allclose(s.top_probs[..., 0], probs.max(-1), atol=1e-6)
-    # the last point is softmax of the trace's own logits
-    np.testing.assert_allclose(s.target_prob[-1, valid], tr["hook_probs"][0, valid, yy[valid]], atol=1e-6)
+    """Both rows of a batch of two different texts, each against the lens in plain torch and its own targets: p(target)
+    (NaN where there is none), and all k top ids and their probabilities."""
+    cfg, m, x, y, tr = two_rows()
+    probs = torch.softmax(lens_logits_by_hand(tr, m), -1)  # (P, B, T, V)
+    tr_np = tr.numpy()  # what the app caches
+    for b in (0, 1):
+        s = lens_summary(tr_np, m, b=b, k=3)
+        assert s.labels == logit_lens(tr_np, m, rows=b)[0] and len(s.labels) == cfg.n_layer + 1
+        assert_summary_by_hand(s, probs[:, b], y[b], k=3)
+        # the last point is softmax of the trace's own logits
+        valid = (y[b] != -100).numpy()
+        np.testing.assert_allclose(s.target_prob[-1, valid], tr_np["hook_probs"][b, valid, y[b].numpy()[valid]],
+                                   atol=1e-6)
 
 
 def test_post_norm_lens_works_and_attribution_says_why_not():
@@ -222,10 +298,9 @@ def test_sentence_names_the_top_contributors():
 
 
 def test_encoder_decoder_decoder_adds_its_cross_attention():
-    seq2seq = pytest.importorskip("gptviz.model.build")
     cfg = ModelConfig(vocab_size=23, block_size=8, n_layer=2, n_head=2, n_embd=8, n_enc_layer=0, enc_len=5,
                       head_bias=True, tie_weights=False)
-    m = seq2seq.build_model(cfg)
+    m = build_model(cfg)
     with torch.no_grad():
         for p in m.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.3)
@@ -240,14 +315,9 @@ def test_encoder_decoder_decoder_adds_its_cross_attention():
 @pytest.mark.parametrize("max_rows", [1, 7, 64])
 def test_lens_summary_is_the_same_decoded_in_any_chunks(max_rows):
     """lens_summary decodes (point, position) rows in products of at most max_rows rows (at least one point):
-    the chunking must not change any number."""
-    cfg = DLA_CONFIGS["layernorm-learned-tied"]
-    m = perturbed(cfg)
-    x, y = batch(cfg)
-    tr = trace(m, x, y).numpy()
-    ref = lens_summary(tr, m, b=1, k=4, max_rows=10_000)
-    s = lens_summary(tr, m, b=1, k=4, max_rows=max_rows)
-    np.testing.assert_allclose(s.target_prob, ref.target_prob, atol=1e-6)
-    np.testing.assert_allclose(s.top_probs, ref.top_probs, atol=1e-6)
-    assert (s.top_ids[..., 0] == ref.top_ids[..., 0]).all()
+    the chunking must not change any number. Row 1 of two different texts, against the lens in plain torch and
+    row 1's own targets, all k top tokens."""
+    cfg, m, x, y, tr = two_rows()
+    s = lens_summary(tr.numpy(), m, b=1, k=4, max_rows=max_rows)
     assert s.target_prob.shape == (cfg.n_layer + 1, x.shape[1])
+    assert_summary_by_hand(s, torch.softmax(lens_logits_by_hand(tr, m), -1)[:, 1], y[1], k=4)

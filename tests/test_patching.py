@@ -8,6 +8,7 @@ import torch
 
 from gptviz import GPT, ModelConfig, trace
 from gptviz.interp.patching import Patcher, activation_patching, n_forward_needed, put_at
+from gptviz.model.build import build_model
 
 CFG = ModelConfig(vocab_size=23, block_size=10, n_layer=2, n_head=3, n_embd=12, init_std=0.3)
 CLEAN = torch.tensor([[3, 7, 1, 9, 4, 2]])
@@ -155,8 +156,7 @@ def test_refusals_say_what_to_change(model):
 
 
 def test_an_encoder_decoder_with_a_real_encoder_is_refused():
-    seq2seq = pytest.importorskip("gptviz.model.build")
-    m = seq2seq.build_model(CFG.replace(n_enc_layer=1))
+    m = build_model(CFG.replace(n_enc_layer=1))
     with pytest.raises(ValueError, match="source sequence"):
         activation_patching(m, CLEAN, CORRUPT, 1, 2)
 

@@ -54,16 +54,48 @@ def test_lens_last_row_is_the_models_probability_of_the_targets(page, reference)
     assert array(top["data"][0]["z"]).shape == (cfg.n_layer + 1, 5)
 
 
-def test_dla_bars_add_up_to_the_logit(page, reference):
-    _, _, _, batch, tr = reference
+@torch.no_grad()
+def heads_by_hand(cfg, model, tr, pos: int, tok: int) -> np.ndarray:
+    """(n_layer, n_head): what each head wrote at row 0, position pos (``hook_z[..., h, :] @ W_O_h.T``, W_O_h its
+    column block of c_proj's weight), through the final norm frozen at the recorded ``ln_final.hook_scale``
+    (centred: a LayerNorm), its weight, and the unembedding row of tok."""
+    hs = cfg.d_head
+    scale = float(tr["ln_final.hook_scale"][0, pos, 0])
+    read = model.transformer.ln_f.weight.double() * model.lm_head.weight[tok].double() / scale
+    out = np.zeros((cfg.n_layer, cfg.n_head))
+    for l in range(cfg.n_layer):
+        W_O = model.transformer.h[l].attn.c_proj.weight.double()
+        for h in range(cfg.n_head):
+            wrote = tr[f"blocks.{l}.attn.hook_z"][0, pos, h].double() @ W_O[:, h * hs:(h + 1) * hs].T
+            out[l, h] = float(((wrote - wrote.mean()) * read).sum())
+    return out
+
+
+def test_dla_bars_add_up_to_the_logit_and_each_head_is_its_own_output(page, reference):
+    _, cfg, model, batch, tr = reference
+    assert cfg.norm == "layernorm" and cfg.norm_placement == "pre"  # what heads_by_hand writes out
     y = batch.y[0]
     pos = int(torch.nonzero(y >= 0)[-1])  # the page's default position: the last with a true next token
-    logit = float(tr["hook_logits"][0, pos, y[pos]])
-    bars = array(chart(page, "Who pushes the logit")["data"][0]["x"]).astype(float)
+    tok = int(y[pos])
+    logit = float(tr["hook_logits"][0, pos, tok])
+    bar_chart = chart(page, "Who pushes the logit")["data"][0]
+    bars = array(bar_chart["x"]).astype(float)
     assert abs(bars.sum() - logit) < 1e-4
     assert abs(metric(page, "sum of the bars") - logit) < 1e-4
-    heads = array(chart(page, "Each head's direct contribution")["data"][0]["z"])
-    assert heads.shape == (2, 2)
+    by_hand = heads_by_hand(cfg, model, tr, pos, tok)
+    # (an untrained model: small numbers, but every two heads differ by far more than the tolerance below, so no
+    # two cells could be swapped unseen)
+    assert np.diff(np.sort(by_hand.ravel())).min() > 1e-5
+    hm = chart(page, "Each head's direct contribution")["data"][0]
+    assert list(hm["y"]) == [f"L{l}" for l in range(cfg.n_layer)] and list(hm["x"]) == [f"H{h}" for h in
+                                                                                         range(cfg.n_head)]
+    heads = array(hm["z"]).astype(float)
+    assert heads.shape == (cfg.n_layer, cfg.n_head)
+    np.testing.assert_allclose(heads, by_hand, rtol=1e-5, atol=1e-6)
+    # the bar named after each head carries the same number
+    named = dict(zip(bar_chart["customdata"], bars))
+    got = np.array([[named[f"L{l}.H{h}"] for h in range(cfg.n_head)] for l in range(cfg.n_layer)])
+    np.testing.assert_allclose(got, by_hand, rtol=1e-5, atol=1e-6)
 
 
 def test_patching_grids_and_exact_end_points(page):
