@@ -83,25 +83,9 @@ def defaults() -> dict[str, Any]:
     return d
 
 
+# Settings key of the notices about the link a session was opened with (url_params.read), for resolve to show.
+URL_NOTICES = "_url_notices"
 URL_FIELDS = ["preset", "text", "source", "tokenizer", "merges", "lowercase", "untrained", *CONFIG_FIELDS]
-
-
-def _coerce(field: str, raw: str, default: Any) -> Any:
-    if field in INT_FIELDS or field == "merges":
-        return int(raw)
-    if field in FLOAT_FIELDS:
-        return float(raw)
-    if field in BOOL_FIELDS or field in ("lowercase", "untrained"):
-        if field == "qkv_bias" and raw == "same as bias":
-            return raw
-        if field == "attn_proj_bias" and raw == "None":  # None: the same as bias
-            return None
-        if raw.lower() in ("1", "true", "yes"):
-            return True
-        if raw.lower() in ("0", "false", "no"):
-            return False
-        raise ValueError(raw)
-    return raw
 
 
 def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -283,7 +267,7 @@ def encode_source(tok, cfg: ModelConfig, text: Optional[str], rows: int) -> tupl
 def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
     """The context a page shows for settings ``s`` (which this may correct in place: a checkpoint's
     example text, a setting that had to fall back), and the notices to show about it."""
-    notes: list[Notice] = []
+    notes: list[Notice] = list(s.pop(URL_NOTICES, None) or [])  # what was wrong with the link, shown once
     # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until unloaded
     preset = str(s.get("preset", ""))
     if preset.startswith(CKPT_PREFIX) and not s.get("model_key"):

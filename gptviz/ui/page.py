@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..config import ACTIVATIONS, PRESET_DESCRIPTIONS, PRESETS
+from ..config import PRESET_DESCRIPTIONS, PRESETS
+from ..present import url_params
 from ..present.page_context import CKPT_PREFIX, Ctx, Notice, resolve
 from ..run import edits as edit_specs
-from ..text.tokenizers import TOKENIZER_NAMES
 from . import resources, state
 from .nav import PAGES, page_links  # noqa: F401 - re-exported
 from .widgets import EXPORT_FORMATS, selection_note
@@ -104,10 +104,10 @@ def sidebar(s: dict) -> None:
     tok_key = state.WIDGET + "tokenizer"
     if st.session_state.get(tok_key) != s["tokenizer"]:
         st.session_state[tok_key] = s["tokenizer"]
-    sb.selectbox("Tokenizer", TOKENIZER_NAMES, key=tok_key, format_func=TOKENIZER_LABELS.get,
+    sb.selectbox("Tokenizer", url_params.widget("tokenizer")["options"], key=tok_key, format_func=TOKENIZER_LABELS.get,
                  on_change=_sync, args=("tokenizer", s))
     if s["tokenizer"] == "char-bpe":
-        _w("slider", "merges", "BPE merges", s, min_value=0, max_value=200, step=1,
+        _w("slider", "merges", "BPE merges", s, **url_params.widget("merges"), step=1,
            help="How many merges the character BPE learns from the built-in text.")
         _w("checkbox", "lowercase", "Lower-case the text", s)
 
@@ -126,28 +126,30 @@ def sidebar(s: dict) -> None:
                       + "\n".join(f"- **{preset_label(k)}**: {v}" for k, v in PRESET_DESCRIPTIONS.items()))
     with sb.expander("Shape", expanded=False):
         c = st.container()
-        _w("number_input", "n_layer", "n_layer (layers)", s, c, min_value=1, max_value=48, step=1)
-        _w("number_input", "n_head", "n_head (heads per layer)", s, c, min_value=1, max_value=64, step=1)
-        _w("number_input", "n_embd", "n_embd (residual width)", s, c, min_value=1, max_value=4096, step=1)
-        _w("number_input", "d_head", "d_head (0 = n_embd / n_head)", s, c, min_value=0, max_value=1024, step=1)
-        _w("number_input", "d_mlp", "d_mlp (0 = 4 × n_embd)", s, c, min_value=0, max_value=16384, step=1)
-        _w("number_input", "block_size", "block_size (longest context)", s, c, min_value=1, max_value=2048, step=1)
+        _w("number_input", "n_layer", "n_layer (layers)", s, c, **url_params.widget("n_layer"), step=1)
+        _w("number_input", "n_head", "n_head (heads per layer)", s, c, **url_params.widget("n_head"), step=1)
+        _w("number_input", "n_embd", "n_embd (residual width)", s, c, **url_params.widget("n_embd"), step=1)
+        _w("number_input", "d_head", "d_head (0 = n_embd / n_head)", s, c, **url_params.widget("d_head"), step=1)
+        _w("number_input", "d_mlp", "d_mlp (0 = 4 × n_embd)", s, c, **url_params.widget("d_mlp"), step=1)
+        _w("number_input", "block_size", "block_size (longest context)", s, c, **url_params.widget("block_size"),
+           step=1)
     with sb.expander("Architecture", expanded=False):
         c = st.container()
-        _w("selectbox", "norm", "Norm", s, c, options=["layernorm", "rmsnorm"])
-        _w("selectbox", "norm_placement", "Norm placement", s, c, options=["pre", "post"],
+        _w("selectbox", "norm", "Norm", s, c, **url_params.widget("norm"))
+        _w("selectbox", "norm_placement", "Norm placement", s, c, **url_params.widget("norm_placement"),
            format_func={"pre": "pre (GPT-2)", "post": "post (2017 Transformer)"}.get)
-        _w("selectbox", "pos_encoding", "Positions", s, c, options=["learned", "sinusoidal", "rope", "none"])
-        _w("selectbox", "activation", "Activation", s, c, options=list(ACTIVATIONS))
+        _w("selectbox", "pos_encoding", "Positions", s, c, **url_params.widget("pos_encoding"))
+        _w("selectbox", "activation", "Activation", s, c, **url_params.widget("activation"))
         _w("checkbox", "attn_only", "Attention only (no MLP)", s, c)
         _w("checkbox", "bias", "Biases (linear layers and norm shift)", s, c)
-        _w("selectbox", "qkv_bias", "Q/K/V bias", s, c, options=["same as bias", True, False])
+        _w("selectbox", "qkv_bias", "Q/K/V bias", s, c, **url_params.widget("qkv_bias"))
         _w("checkbox", "tie_weights", "Tie output head to token embedding", s, c)
-        _w("number_input", "dropout", "Dropout (training only)", s, c, min_value=0.0, max_value=0.9, step=0.05)
-        _w("number_input", "init_std", "Init std", s, c, min_value=0.0001, max_value=1.0, step=0.01, format="%.4f")
-        _w("number_input", "ln_eps", "Norm epsilon", s, c, min_value=1e-12, max_value=1e-1, format="%.1e")
-        _w("number_input", "rope_base", "RoPE base (rotary positions)", s, c, min_value=2.0, max_value=1e7, step=1000.0)
-        _w("number_input", "seed", "Seed", s, c, min_value=0, max_value=2**31 - 1, step=1)
+        _w("number_input", "dropout", "Dropout (training only)", s, c, **url_params.widget("dropout"), step=0.05)
+        _w("number_input", "init_std", "Init std", s, c, **url_params.widget("init_std"), step=0.01, format="%.4f")
+        _w("number_input", "ln_eps", "Norm epsilon", s, c, **url_params.widget("ln_eps"), format="%.1e")
+        _w("number_input", "rope_base", "RoPE base (rotary positions)", s, c, **url_params.widget("rope_base"),
+           step=1000.0)
+        _w("number_input", "seed", "Seed", s, c, **url_params.widget("seed"), step=1)
 
     sb.markdown("### View")
     _w("checkbox", "show_values", "Numbers in cells (small tensors)", s)
@@ -186,8 +188,6 @@ def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
     st.set_page_config(page_title=f"{title} · gptviz", page_icon=icon, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()
-    if s.pop("_url_problems", None):
-        st.warning("Some settings in the link were not understood and were left at their defaults.")
     ctx, notes = resolve(s, resources)
     sidebar(s)
     show_notices(notes)

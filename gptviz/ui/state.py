@@ -9,48 +9,30 @@ import numpy as np
 import streamlit as st
 
 from ..config import PRESETS
-from ..present import page_context
+from ..present import page_context, url_params
 from ..present.page_context import (
     CONFIG_FIELDS,
     URL_FIELDS,
-    _coerce,
+    URL_NOTICES,
     _config_settings,
     defaults,
     encode_source,
 )
-from ..text.tokenizers import TOKENIZER_NAMES
 
 KEY = "gptviz.settings"
-PAGE_PARAMS = ("present", "lesson", "lstep")  # address-bar parameters a page owns (the Lessons page)
+PAGE_PARAMS = url_params.PAGE_PARAMS  # address-bar parameters a page owns (the Lessons page)
 WIDGET = "w."  # prefix of the sidebar widgets' own keys
 
 def settings() -> dict[str, Any]:
-    """This session's settings. The first call in a session reads the URL (a shared link)."""
+    """This session's settings. The first call in a session reads the URL (a shared link), every value checked
+    and clamped by ``url_params.read`` before anything is built; its notices are shown by ``resolve``."""
     if KEY not in st.session_state:
-        s = defaults()
-        problems = []
         try:
             params = st.query_params.to_dict()
         except Exception:  # noqa: BLE001 - no URL outside a browser
             params = {}
-        if "preset" not in params and any(f in params for f in (*CONFIG_FIELDS, "tokenizer", "merges", "lowercase")):
-            # a link that sets the model's shape or tokenizer but names no preset (links made before the app
-            # opened on a trained model, or written by hand) means the configurable model
-            params["preset"] = "default"
-        if params.get("preset") in PRESETS:
-            s.update(_config_settings(PRESETS[params["preset"]]))
-        elif str(params.get("preset", "")).startswith("checkpoint: "):
-            s["preset"] = params["preset"]
-        for field in URL_FIELDS:
-            if field in params:
-                try:
-                    s[field] = _coerce(field, params[field], s.get(field))
-                except (ValueError, TypeError):
-                    problems.append(field)
-        if s["tokenizer"] not in TOKENIZER_NAMES:
-            problems.append("tokenizer")
-            s["tokenizer"] = "char-bpe"
-        s["_url_problems"] = problems
+        s, notices = url_params.read(params)
+        s[URL_NOTICES] = notices
         st.session_state[KEY] = s
     return st.session_state[KEY]
 

@@ -112,4 +112,46 @@ def test_a_model_over_the_size_cap_is_refused_with_a_message():
 def test_a_hand_edited_link_does_not_break_the_page():
     at = page("attention", n_layer="abc", n_head="-5", norm="batchnorm", block_size="99999999", tokenizer="nope")
     assert not at.exception
-    assert "not understood" in messages(at) or "can't be used" in messages(at)
+    for name in ("n_layer", "n_head", "norm", "block_size", "tokenizer"):  # one notice names each bad setting
+        assert f"`{name}`" in messages(at), (name, messages(at))
+
+
+# Hand-edited links that crashed the page (issue 19), each with the parameter its notice must name and the value
+# it must end up with: read by one function (gptviz.present.url_params) before anything is built.
+HOSTILE_LINKS = [
+    ({"merges": "-1"}, "merges", "0"),
+    ({"seed": "18446744073709551616"}, "seed", str(2**31 - 1)),
+    ({"tokenizer": "gpt2", "merges": "1000000"}, "merges", "200"),
+    ({"pos_encoding": "none", "block_size": "150000"}, "block_size", "2048"),
+    ({"pos_encoding": "rope", "n_embd": "2", "n_head": "1", "d_head": "1000000", "block_size": "2048"}, "d_head",
+     "1024"),
+    ({"text": "x" * 100_000}, "text", "x" * 2048),
+    ({"seed": "nan", "dropout": "inf"}, "seed", None),
+    ({"norm": "batchnorm"}, "norm", None),
+    ({"whatever": "1"}, "whatever", None),
+]
+
+
+@pytest.mark.parametrize("query, name, value", HOSTILE_LINKS, ids=[q[1] + "-" + str(i) for i, q in
+                                                                   enumerate(HOSTILE_LINKS)])
+def test_a_hostile_link_gives_a_notice_and_a_page_that_keeps_working(query, name, value):
+    at = page("attention", **query)
+    assert not at.exception, [e.message for e in at.exception]
+    notices = [w.value for w in at.warning if name in w.value]
+    assert notices, (name, messages(at))
+    assert len(at.get("plotly_chart")) >= 1  # the page still draws
+    assert any(b.label == "Reset to defaults" for b in at.sidebar.button)
+    if value is not None:  # the address now holds the value used, so a reload opens the same page without a crash
+        assert at.query_params[name] == value
+    at.run()  # the same session again
+    assert not at.exception, [e.message for e in at.exception]
+    assert len(at.get("plotly_chart")) >= 1
+    assert not any(name in w.value for w in at.warning if w.value in notices)  # shown once, not on every rerun
+
+
+def test_reloading_a_hostile_link_works_every_time():
+    for _ in range(2):  # two fresh sessions on the same address: no crash loop
+        at = page("attention", merges="-1", seed="18446744073709551616")
+        assert not at.exception, [e.message for e in at.exception]
+        assert "`merges`" in messages(at) and "`seed`" in messages(at)
+        assert len(at.get("plotly_chart")) >= 1
