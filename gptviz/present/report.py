@@ -22,106 +22,16 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..config import PRESETS, ModelConfig
-from ..model.build import build_model
 from ..run import edits as edit_specs
 from ..run.loss import mean_over, uniform_loss
 from ..run.trace import Trace
 from ..text.batches import encode_batch
-from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 from . import figures, matrices, page_context
 from .descriptions import step_info
+from .report_store import Store, shipped_names
 
-CHECKPOINTS = page_context.CHECKPOINTS
 FULL_VOCAB_LIMIT = 96  # as the Logits page: a bigger vocabulary shows its top-k columns plus the targets
 TOP_K = 12
-
-
-# --------------------------------------------------------------------------------------------- the store
-Entry = page_context.Entry
-
-
-def shipped_names() -> list[str]:
-    """The checkpoints in checkpoints/ (not the *.snapshots files)."""
-    return sorted(p.stem for p in CHECKPOINTS.glob("*.safetensors") if "." not in p.stem)
-
-
-class Store:
-    """What ``session.resolve`` needs from the app's ``gptviz.ui.resources``, without Streamlit: models by
-    config, shipped checkpoints, tokenizers, traces. Plain dicts for caches: one store serves one report
-    (or one process), so nothing is ever evicted."""
-
-    def __init__(self):
-        self._models: dict[str, Any] = {}
-        self._registered: dict[str, Entry] = {}
-        self._tokenizers: dict[tuple, tuple] = {}
-        self._labels: dict[int, list[str]] = {}
-        self._traces: dict[tuple, Trace] = {}
-
-    def registered(self, key: Optional[str]) -> Optional[Entry]:
-        return self._registered.get(key) if key else None
-
-    def shipped_checkpoint(self, name: str) -> str:
-        from ..model.checkpoint import load_checkpoint
-
-        key = f"ckpt-{name}"
-        if key not in self._registered:
-            path = CHECKPOINTS / f"{name}.safetensors"
-            if "/" in name or "\\" in name or not path.is_file():
-                raise ValueError(f"there is no shipped checkpoint {name!r} "
-                                 f"(choose one of {', '.join(shipped_names())})")
-            ck = load_checkpoint(path)
-            ck.model.eval()
-            self._registered[key] = Entry(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", dict(ck.meta))
-        return key
-
-    def get_model(self, cfg_json: str, model_key: Optional[str] = None):
-        e = self.registered(model_key)
-        if e is not None:
-            return e.model
-        if cfg_json not in self._models:
-            self._models[cfg_json] = build_model(ModelConfig.from_dict(json.loads(cfg_json)))
-        return self._models[cfg_json]
-
-    def tokenizer_for(self, name: str, merges: int, lowercase: bool):
-        """(tokenizer, None) or (None, why it could not load), as the app's."""
-        k = (name, merges, lowercase)
-        if k not in self._tokenizers:
-            try:
-                self._tokenizers[k] = (get_tokenizer(name, num_merges=merges, lowercase=lowercase), None)
-            except TokenizerUnavailable as exc:
-                self._tokenizers[k] = (None, str(exc))
-        return self._tokenizers[k]
-
-    def vocab_labels(self, tok) -> list[str]:
-        if id(tok) not in self._labels:
-            self._labels[id(tok)] = [tok.token_str(i) for i in range(tok.vocab_size)]
-        return self._labels[id(tok)]
-
-    def default_source(self, model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tuple[tuple, tuple]:
-        """A model with an encoder given no source reads its checkpoint's example, else the decoder's tokens
-        (as ``gptviz.ui.resources.default_source``)."""
-        e = self.registered(model_key)
-        ids: list[int] = []
-        if e is not None and e.tokenizer is not None and e.meta.get("example"):
-            ids = [i for i in e.tokenizer.encode(str(e.meta["example"]).splitlines()[0]) if 0 <= i < cfg.vocab_size]
-        rows = [tuple(list(ids or row)[: cfg.enc_len]) for row in x]
-        S = max(len(r) for r in rows)
-        pad = rows[0][0] if rows[0] else 0
-        return (tuple(r + (pad,) * (S - len(r)) for r in rows),
-                tuple((1,) * len(r) + (0,) * (S - len(r)) for r in rows))
-
-    def traced(self, cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],
-               edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
-        """A trace as numpy arrays (the arguments as ``gptviz.ui.resources.traced``)."""
-        k = (cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
-        if k in self._traces:
-            return self._traces[k]
-        model = self.get_model(cfg_json, model_key)
-        if src is None and model.config.n_enc_layer > 0:
-            src, src_mask = self.default_source(model_key, x, model.config)
-        tr = page_context.trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask)
-        self._traces[k] = tr
-        return tr
 
 
 # ------------------------------------------------------------------------------------------ the contents
@@ -204,16 +114,25 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+class _Td(str):
+    """A table cell already written as HTML (``<td …>…</td>``), built here from numbers: ``_table`` writes it as
+    it is. Every other cell is text (a token, a name) and is escaped, whatever it starts with."""
+
+
+def _td(inner: str, cls: str = "num") -> _Td:
+    return _Td(f'<td class="{cls}">{inner}</td>')
+
+
 def _num(v: float, digits: int = 5) -> str:
     """A number shown rounded, with its exact value in ``data-value`` (what the tests read)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return '<td class="num" data-value="nan">—</td>'
-    return f'<td class="num" data-value="{float(v)!r}">{float(v):.{digits}f}</td>'
+        return _Td('<td class="num" data-value="nan">—</td>')
+    return _Td(f'<td class="num" data-value="{float(v)!r}">{float(v):.{digits}f}</td>')
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
-    body = "\n".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{_e(c)}</td>" for c in r) + "</tr>"
+    body = "\n".join("<tr>" + "".join(c if isinstance(c, _Td) else f"<td>{_e(c)}</td>" for c in r) + "</tr>"
                      for r in rows)
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>\n{body}\n</tbody></table>'
 
@@ -225,8 +144,8 @@ def _config_table(cfg: ModelConfig) -> str:
 def _param_table(model) -> str:
     rows = model.parameter_table()
     total = sum(r["count"] for r in rows)
-    body = [[r["name"], " × ".join(map(str, r["shape"])), f'<td class="num">{r["count"]:,}</td>'] for r in rows]
-    body.append(["total", "", f'<td class="num"><b>{total:,}</b></td>'])
+    body = [[r["name"], " × ".join(map(str, r["shape"])), _td(f"{r['count']:,}")] for r in rows]
+    body.append(["total", "", _td(f"<b>{total:,}</b>")])
     return _table(["parameter", "shape", "count"], body, "params")
 
 
@@ -263,7 +182,7 @@ def _loss_section(ctx, tr: Trace) -> str:
             target = int(y[b, t])
             best = int(np.argmax(probs[b, t]))
             has = target != -100
-            table.append([f'<td class="num">{b}</td>', f'<td class="num">{t}</td>', ctx.tok.token_str(int(ids[t])),
+            table.append([_td(str(b)), _td(str(t)), ctx.tok.token_str(int(ids[t])),
                           vocab[target] if has else "—", _num(float(tp[b, t]) if has else None, 4),
                           _num(float(nll[b, t]) if has else None, 4),
                           f"{vocab[best]} ({float(probs[b, t, best]):.2f})"])
