@@ -30,6 +30,18 @@ def setup():
     return cfg, tok, b
 
 
+PADDED_TEXT = "the cat sat on the mat.\na dog."  # two rows: 11 tokens and 6, so row 1 has 5 padded positions
+
+
+@pytest.fixture(scope="module")
+def padded(setup):
+    """The default view's model on a two-line text: a batch with padding, whose padded positions must not count."""
+    cfg, tok, _ = setup
+    b = encode_batch(tok, PADDED_TEXT, block_size=cfg.block_size)
+    assert b.x.shape == (2, 11) and b.attention_mask.sum(1).tolist() == [11, 6]
+    return b
+
+
 @pytest.fixture(scope="module")
 def sweep(setup):
     cfg, _, b = setup
@@ -136,17 +148,26 @@ def test_tanh_saturation_rises_with_scale(tanh_stats):
         assert sat[0] == 0.0 and sat[0] < sat[1] < sat[2] and sat[2] > 0.5, sat  # measured 0, ~0.01, ~0.6
 
 
-def test_saturation_matches_an_independent_count(setup, tanh_stats):
-    cfg, _, b = setup
-    pres = _mlp_pre(cfg, b, 1.0, "tanh")
-    valid = b.attention_mask.bool()
+@pytest.fixture(scope="module")
+def padded_tanh(setup, padded):
+    cfg, _, _ = setup
+    return study.activation_stats(cfg, padded.x, padded.y, padded.attention_mask, 1.0, "tanh")
+
+
+def test_saturation_matches_an_independent_count(setup, padded, padded_tanh):
+    """On a padded batch: the share of saturated units and the gradient at the pre-activation, over the real
+    positions only (attention_mask == 1), from c_fc's output read by a forward hook."""
+    cfg, _, _ = setup
+    pres = _mlp_pre(cfg, padded, 1.0, "tanh")
+    real = padded.attention_mask == 1
     for layer in range(cfg.n_layer):
-        pre = pres[layer][valid]
+        pre = pres[layer].detach()[real]
+        assert pre.shape == (17, cfg.d_mlp)  # 11 + 6 real positions: the 5 padded ones are left out
         frac = float((torch.tanh(pre).abs() > 0.97).float().mean())
-        assert tanh_stats[1.0]["layers"][layer]["saturated"] == pytest.approx(frac, abs=1e-7)
-        # and the gradient reaching the pre-activation is autograd's own
-        g = float(pres[layer].grad[valid].abs().mean())
-        assert tanh_stats[1.0]["layers"][layer]["grad_pre"] == pytest.approx(g, rel=1e-5)
+        assert padded_tanh["layers"][layer]["saturated"] == pytest.approx(frac, abs=1e-7)
+        # and the gradient reaching the pre-activation is autograd's own, averaged over the real positions
+        g = float(pres[layer].grad[real].abs().mean())
+        assert padded_tanh["layers"][layer]["grad_pre"] == pytest.approx(g, rel=1e-5)
 
 
 def test_less_of_the_gradient_gets_through_tanh_as_scale_grows(tanh_stats):
@@ -157,14 +178,23 @@ def test_less_of_the_gradient_gets_through_tanh_as_scale_grows(tanh_stats):
         assert ratio[0] > 0.95 and ratio[0] > ratio[1] > ratio[2] and ratio[2] < 0.3, ratio
 
 
-def test_histograms_count_every_unit_of_every_real_token(setup, tanh_stats):
-    cfg, _, b = setup
-    n = int(b.attention_mask.sum()) * cfg.d_mlp
-    for d in tanh_stats[1.0]["layers"]:
+def test_histograms_count_every_unit_of_every_real_token(setup, padded, padded_tanh):
+    cfg, _, _ = setup
+    real = padded.attention_mask == 1
+    n = int(real.sum()) * cfg.d_mlp
+    assert n == 17 * 64  # real positions × d_mlp: 1,088 units a layer, not the 2 × 11 × 64 = 1,408 of the padded grid
+    assert sum(sum(d["pre_counts"]) for d in padded_tanh["layers"]) == n * cfg.n_layer
+    pres = _mlp_pre(cfg, padded, 1.0, "tanh")
+    for layer, d in enumerate(padded_tanh["layers"]):
         for which in ("pre", "post"):
             assert sum(d[f"{which}_counts"]) == n and len(d[f"{which}_edges"]) == 41
         assert d["post_edges"][0] == -1.0 and d["post_edges"][-1] == 1.0
-        assert d["pre_edges"][0] == pytest.approx(-d["pre_edges"][-1])
+        # the bins by hand: the real positions' pre-activations, in 40 bins over ±max|pre|, and tanh of them
+        pre = pres[layer].detach()[real].flatten().numpy()
+        r = float(np.abs(pre).max())
+        assert d["pre_edges"][0] == pytest.approx(-r) and d["pre_edges"][-1] == pytest.approx(r)
+        assert d["pre_counts"] == np.histogram(pre, bins=40, range=(-r, r))[0].tolist()
+        assert d["post_counts"] == np.histogram(np.tanh(pre), bins=40, range=(-1, 1))[0].tolist()
 
 
 def test_relu_and_gelu_rules(setup):
@@ -198,13 +228,36 @@ def test_x_at_w_keeps_the_spread_only_with_variance_one_over_n(n):
     assert d["depth_unit"][-1] > 0.5 * math.sqrt(n) ** 6 and 0.5 < d["depth_scaled"][-1] < 2
 
 
-def test_residual_stream_std(setup):
-    cfg, _, b = setup
-    small = study.residual_stds(cfg, b.x, b.attention_mask)
-    large = study.residual_stds(cfg, b.x, b.attention_mask, 1.0)
+def _residual_by_hand(cfg, b, init_std) -> list[torch.Tensor]:
+    """Independently of trace: the residual stream at each point, read by forward hooks on the modules (a pre-norm
+    block's stream after attention is its ln_2's input), at the real positions only."""
+    model, seen = GPT(cfg.replace(init_std=init_std)), {}
+    blocks = model.transformer.h
+    hooks = [model.transformer.wte.register_forward_hook(lambda m, i, out: seen.__setitem__("embed", out)),
+             blocks[0].register_forward_pre_hook(lambda m, args: seen.__setitem__("in", args[0]))]
+    for l, blk in enumerate(blocks):
+        hooks.append(blk.ln_2.register_forward_pre_hook(lambda m, args, l=l: seen.__setitem__(("mid", l), args[0])))
+        hooks.append(blk.register_forward_hook(lambda m, i, out, l=l: seen.__setitem__(("post", l), out)))
+    with torch.no_grad():
+        model(b.x, attention_mask=b.attention_mask)
+    for h in hooks:
+        h.remove()
+    real = b.attention_mask == 1
+    order = ["embed", "in"] + [(w, l) for l in range(cfg.n_layer) for w in ("mid", "post")]
+    return [seen[k][real] for k in order]
+
+
+def test_residual_stream_std(setup, padded):
+    cfg, _, _ = setup
+    small = study.residual_stds(cfg, padded.x, padded.attention_mask)
+    large = study.residual_stds(cfg, padded.x, padded.attention_mask, 1.0)
     assert small["names"][0] == "hook_embed" and small["names"][-1] == "blocks.1.hook_resid_post"
     assert len(small["stds"]) == 6 and max(small["stds"]) < 0.05  # 0.02 … 0.03: kept small throughout
     assert large["stds"][0] == pytest.approx(1.0, rel=0.2) and large["stds"][-1] > 5 * large["stds"][0]
+    for got, s in ((small, 0.02), (large, 1.0)):
+        points = _residual_by_hand(cfg, padded, s)
+        assert [tuple(p.shape) for p in points] == [(17, cfg.n_embd)] * 6  # the 17 real positions only
+        assert got["stds"] == pytest.approx([float(p.std()) for p in points], rel=1e-5)
 
 
 # --------------------------------------------------------------------------- figures

@@ -4,13 +4,14 @@ import re
 
 import pytest
 import torch
-from apphelp import ROOT, chart, charts, messages, titles
+import torch.nn.functional as F
+from apphelp import ROOT, array, chart, charts, messages, titles
 from streamlit.testing.v1 import AppTest
 
 from gptviz import GPT, encode_batch, get_tokenizer, preset
-from gptviz.text.batches import DEFAULT_PROMPT
 
 KEY = "gptviz.settings"
+PADDED_TEXT = "the cat sat on the mat.\na dog."  # two rows, 11 tokens and 6: row 1 has 5 padded positions
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,6 +53,29 @@ def at():
     return clean(init_page())
 
 
+@pytest.fixture(scope="module")
+def padded():
+    """One session opened by a link: the two-line text (a padded batch), tanh, and init_std 0.1 (off the grid)."""
+    a = AppTest.from_file(str(ROOT / "app_pages/initialisation.py"), default_timeout=180)
+    for k, v in dict(preset="default", text=PADDED_TEXT, activation="tanh", init_std="0.1").items():
+        a.query_params[k] = v
+    clean(a.run())
+    s = a.session_state[KEY]
+    assert (s["text"], s["activation"], s["init_std"]) == (PADDED_TEXT, "tanh", 0.1)
+    assert "tanh" in a.selectbox(key="w.activation").options
+    return a
+
+
+def by_hand(activation: str, init_std: float):
+    """The page's model and batch built here: the default preset on the char BPE tokenizer (20 merges, lower case,
+    as the page's defaults), a fresh GPT at this activation and scale, and the two-line text's padded batch."""
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default").replace(vocab_size=tok.vocab_size, activation=activation, init_std=init_std)
+    b = encode_batch(tok, PADDED_TEXT, block_size=cfg.block_size)
+    assert b.attention_mask.sum(1).tolist() == [11, 6]
+    return cfg, GPT(cfg), b
+
+
 def test_every_fact_is_drawn(at):
     t = titles(at)
     for w in ("Initial loss against init_std", "init_std 0.02 · max p", "init_std 1 · max p", "Training loss",
@@ -77,13 +101,18 @@ def test_sweep_starts_at_ln_v_and_marks_the_sessions_init_std(at):
     assert marker["y"][0] == pytest.approx(sweep["data"][0]["y"][4])  # 0.02 is on the grid: the same loss
 
 
-def test_the_marker_follows_the_init_std():
-    a = init_page()
-    a.session_state[KEY]["init_std"] = 0.1
-    clean(a.run())
-    sweep = chart(a, "Initial loss against init_std")
+def test_the_marker_follows_the_init_std(padded):
+    sweep = chart(padded, "Initial loss against init_std")
+    assert sweep["layout"]["title"]["text"].endswith("T = 11")  # the longest line; row 1 is padded
     assert sweep["data"][1]["x"] == [0.1]
-    assert sweep["data"][1]["y"][0] > 0 and not math.isclose(sweep["data"][1]["y"][0], sweep["data"][0]["y"][4])
+    # independently: a fresh model at init_std 0.1, and the cross-entropy over the batch's targets (-100 at the
+    # padded positions and at each row's last token)
+    _, model, b = by_hand("tanh", 0.1)
+    with torch.no_grad():
+        logits = model.run(b.x, b.attention_mask)
+    loss = float(F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100))
+    assert sweep["data"][1]["y"][0] == pytest.approx(loss, abs=1e-5)
+    assert not math.isclose(loss, sweep["data"][0]["y"][4])  # not the grid's 0.02 point
 
 
 def test_probabilities_are_on_a_fixed_axis_and_curves_share_a_chart(at):
@@ -96,27 +125,25 @@ def test_probabilities_are_on_a_fixed_axis_and_curves_share_a_chart(at):
     assert large[0] > 2 * small[0] and large[-1] > small[-1]
 
 
-def test_tanh_saturation_matches_an_independent_count():
-    a = init_page()
-    assert "tanh" in a.selectbox(key="w.activation").options
-    a.session_state[KEY]["activation"] = "tanh"
-    clean(a.run())
-    assert a.session_state[KEY]["activation"] == "tanh"
-    std, shown = saturation_title(a, 0)
-    # independently: the default view's batch through a fresh tanh model, c_fc's output read by a forward hook
-    tok = get_tokenizer("char-bpe", num_merges=20)
-    cfg = preset("default").replace(vocab_size=tok.vocab_size, activation="tanh", init_std=std)
-    b = encode_batch(tok, DEFAULT_PROMPT, block_size=cfg.block_size)
-    model, pres = GPT(cfg), {}
+def test_tanh_saturation_matches_an_independent_count(padded):
+    std, shown = saturation_title(padded, 0)
+    # independently: the padded batch through a fresh tanh model, c_fc's output read by a forward hook, and only
+    # the real positions (attention_mask == 1) counted
+    cfg, model, b = by_hand("tanh", std)
+    pres = {}
     for i, blk in enumerate(model.transformer.h):
         blk.mlp.c_fc.register_forward_hook(lambda m, inp, out, i=i: pres.__setitem__(i, out.detach()))
     with torch.no_grad():
         model(b.x, attention_mask=b.attention_mask)
+    real = b.attention_mask == 1
     for layer in range(cfg.n_layer):
-        pre = pres[layer][b.attention_mask.bool()]
+        pre = pres[layer][real]
+        assert pre.numel() == 17 * cfg.d_mlp  # 1,088 units: the 5 padded positions are not among them
         frac = 100 * float((torch.tanh(pre).abs() > 0.97).float().mean())
-        assert saturation_title(a, layer)[1] == pytest.approx(frac, abs=0.051), layer
-    assert std == 1.0 and shown > 50  # measured 64.6% of layer 0's units at init_std 1
+        assert saturation_title(padded, layer)[1] == pytest.approx(frac, abs=0.051), layer
+        hist = chart(padded, f"Layer {layer} · init_std")
+        assert [int(array(d["y"]).sum()) for d in hist["data"]] == [pre.numel()] * 2, layer  # both panes
+    assert std == 1.0 and shown > 50  # measured 62.8% of layer 0's units at init_std 1
 
 
 def test_attention_only_model_says_it_has_no_mlp():
