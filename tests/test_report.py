@@ -1,5 +1,6 @@
 """The HTML report: ``python -m gptviz.report`` writes one self-contained file (plotly.js inlined, no URL to
 load), one figure per step of the chosen layer, and a loss section whose numbers are the model's own."""
+import json
 import math
 import re
 import subprocess
@@ -234,3 +235,23 @@ def test_the_app_offers_the_report_as_a_download():
     assert "Report: layer 1, head 0" in proto.label
     # built only when clicked: the page carries a deferred file, not the 5 MB of HTML
     assert proto.HasField("deferred_file_id") and proto.deferred_file_id and not proto.url
+
+
+def test_a_figure_is_written_the_same_whichever_json_engine_plotly_would_pick(monkeypatch):
+    """Plotly writes JSON with orjson when it is installed and with the standard library otherwise (which escapes
+    "·" as \\u00b7): the report must not depend on which this machine has."""
+    import plotly.io as pio
+
+    from gptviz.present import figures, matrices
+
+    m = matrices.Matrix(np.eye(3), ["a·", "<b>", "c"], ["x", "y", "z"], "query", "key", "probability")
+    fig = figures.heatmap(m, "L1 attention weights · head 1")
+    outs = []
+    for engine in ("json", "orjson", "auto"):
+        monkeypatch.setattr(pio.json.config, "default_engine", engine)
+        outs.append(rep._fig_json(fig))
+    assert outs[0] == outs[1] == outs[2]
+    data = json.loads(outs[0])
+    assert data["layout"]["title"]["text"] == "L1 attention weights · head 1"
+    assert "L1 attention weights · head 1" in outs[0]  # written as UTF-8, never as \\u00b7
+    assert "<" not in outs[0] and ">" not in outs[0]  # nothing can close the <script> the JSON sits in

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
+from plotly.utils import PlotlyJSONEncoder
 
 from ..config import PRESETS, ModelConfig
 from ..run import edits as edit_specs
@@ -93,8 +94,6 @@ def step_figure(ctx, tr: Trace, name: str):
 def _fig_json(fig) -> str:
     """The figure as JSON for ``Plotly.newPlot``, safe inside a <script>: no template (plotly.js's defaults),
     and every ``<``, ``>`` and ``&`` written as a JSON escape, so a token can never close the script."""
-    import plotly.io as pio
-
     d = fig.to_plotly_json()
     layout = dict(d.get("layout") or {})
     layout.pop("template", None)  # 10 kB a figure; plotly.js's own defaults look the same for a heatmap
@@ -106,7 +105,10 @@ def _fig_json(fig) -> str:
     for k, ax in layout.items():  # the template's one setting that matters: room for the tick labels
         if k.startswith(("xaxis", "yaxis")) and isinstance(ax, dict):
             ax.setdefault("automargin", True)
-    text = pio.to_json({"data": data, "layout": layout}, validate=False)
+    # plotly's own JSON engine is orjson when that package is installed and the standard library otherwise, and
+    # the two escape differently ("·" or "\\u00b7"): one encoder, always, so a report is the same on every machine
+    text = json.dumps({"data": data, "layout": layout}, cls=PlotlyJSONEncoder, ensure_ascii=False,
+                      separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
