@@ -1,5 +1,6 @@
 """The HTML report: ``python -m gptviz.report`` writes one self-contained file (plotly.js inlined, no URL to
 load), one figure per step of the chosen layer, and a loss section whose numbers are the model's own."""
+import importlib.util
 import json
 import math
 import re
@@ -116,8 +117,43 @@ def test_one_figure_per_step(written, independent):
         info = describe(name, tr.config)
         assert _html.escape(info.formula, quote=True) in page
         assert _html.escape(info.explanation, quote=True) in page
-    assert f"L{LAYER} attention weights · head {HEAD}" in page
-    assert "L0 attention weights" not in page, "only the chosen layer's steps"
+    # the figures' titles, read as data from their JSON (however it escapes "·"): each step's own title, with the
+    # chosen head for a per-head step
+    figs = _figures(page)
+    assert [i for i, _, _ in figs] == list(range(len(expected)))
+    want = [describe(n, tr.config).title + (f" · head {HEAD}" if "head" in describe(n, tr.config).axes else "")
+            for n in expected]
+    assert [f["layout"]["title"]["text"] for _, _, f in figs] == want
+    assert f"L{LAYER} attention weights · head {HEAD}" in want
+    assert not [f for _, _, f in figs if f["layout"]["title"]["text"].startswith("L0 ")], "only the chosen layer's"
+
+
+def _figures(page: str) -> list[tuple[int, str, dict]]:
+    """Every figure of a report: (its number, its JSON as written, that JSON parsed). Nothing in the JSON can
+    close its <script> (``<`` is always escaped), so the first ``);</script>`` after it ends it."""
+    found = re.findall(r'gptvizPlot\("fig-(\d+)", (.*?)\);</script>', page)
+    return [(int(i), raw, json.loads(raw)) for i, raw in found]
+
+
+def _canonical(fig: dict) -> str:
+    """One way to write a figure, fixed here: the standard library's compact JSON, ASCII only (every other
+    character as a \\u escape), keys in their order, no NaN; then ``<``, ``>`` and ``&`` as \\u escapes too."""
+    text = json.dumps(fig, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def test_every_figure_is_written_in_one_canonical_form(written):
+    """The file the command wrote: every figure's JSON is ASCII and byte for byte the canonical writing of its own
+    data, so two machines (with or without orjson) write the same file. orjson writes "·" as it is and plotly's
+    standard-library engine writes "/" as \\u002f: neither is this form."""
+    _, page, _ = written
+    figs = _figures(page)
+    assert len(figs) == 30
+    for i, raw, fig in figs:
+        assert raw.isascii(), (i, [c for c in raw if not c.isascii()][:5])
+        assert raw == _canonical(fig), i
+    titles = [f["layout"]["title"]["text"] for _, _, f in figs]
+    assert any(not t.isascii() for t in titles), "some title has a character outside ASCII to escape"
 
 
 def _cells(page: str, table_id: str) -> list[list[str]]:
@@ -237,21 +273,69 @@ def test_the_app_offers_the_report_as_a_download():
     assert proto.HasField("deferred_file_id") and proto.deferred_file_id and not proto.url
 
 
+def _engines(monkeypatch):
+    """Each way plotly could pick its JSON engine on some machine, set in turn: (its name, a function that sets it).
+    Without orjson "auto" is the standard library: for that case plotly's JSON module is told orjson is missing."""
+    import plotly.io as pio
+    import plotly.io._json as plotly_json
+
+    found = plotly_json.get_module
+
+    def engine(name, hide_orjson=False):
+        def apply():
+            missing = lambda module, should_load=True: None if module == "orjson" else found(module, should_load)
+            monkeypatch.setattr(plotly_json, "get_module", missing if hide_orjson else found)
+            monkeypatch.setattr(pio.json.config, "default_engine", name)
+        return apply
+
+    out = [("json", engine("json")), ("auto without orjson", engine("auto", hide_orjson=True))]
+    if importlib.util.find_spec("orjson") is not None:
+        out += [("orjson", engine("orjson")), ("auto with orjson", engine("auto"))]
+    return out
+
+
 def test_a_figure_is_written_the_same_whichever_json_engine_plotly_would_pick(monkeypatch):
     """Plotly writes JSON with orjson when it is installed and with the standard library otherwise (which escapes
-    "·" as \\u00b7): the report must not depend on which this machine has."""
+    "·" as \\u00b7): the report must not depend on which this machine has. A figure whose token is "NaN" too (the
+    encoder writes such a figure twice)."""
     import plotly.io as pio
 
     from gptviz.present import figures, matrices
 
-    m = matrices.Matrix(np.eye(3), ["a·", "<b>", "c"], ["x", "y", "z"], "query", "key", "probability")
-    fig = figures.heatmap(m, "L1 attention weights · head 1")
-    outs = []
-    for engine in ("json", "orjson", "auto"):
-        monkeypatch.setattr(pio.json.config, "default_engine", engine)
-        outs.append(rep._fig_json(fig))
-    assert outs[0] == outs[1] == outs[2]
-    data = json.loads(outs[0])
-    assert data["layout"]["title"]["text"] == "L1 attention weights · head 1"
-    assert "L1 attention weights · head 1" in outs[0]  # written as UTF-8, never as \\u00b7
-    assert "<" not in outs[0] and ">" not in outs[0]  # nothing can close the <script> the JSON sits in
+    figs = [figures.heatmap(matrices.Matrix(np.eye(3), ["a·", "<b>", tok], ["x", "y", "z"], "query", "key",
+                                            "probability"), "L1 attention weights · head 1")
+            for tok in ("c", "NaN")]
+    for fig in figs:
+        outs, plotlys = {}, {}
+        for name, apply in _engines(monkeypatch):
+            apply()
+            outs[name] = rep._fig_json(fig)
+            plotlys[name] = pio.to_json(fig, validate=False)
+        assert len(set(outs.values())) == 1, outs.keys()
+        if "orjson" in plotlys:  # the settings do change plotly's own writing: "·" as it is, or as \u00b7
+            assert plotlys["orjson"] == plotlys["auto with orjson"] != plotlys["json"] == plotlys["auto without orjson"]
+        raw = outs["json"]
+        data = json.loads(raw)
+        assert data["layout"]["title"]["text"] == "L1 attention weights · head 1"
+        assert [t for t in data["data"] if t["type"] == "heatmap"][0]["y"][0] == "a·"
+        assert raw == _canonical(data)  # the same form, NaN-named token or not
+        assert "<" not in raw and ">" not in raw  # nothing can close the <script> the JSON sits in
+
+
+def test_the_whole_report_is_the_same_bytes_whichever_json_engine_plotly_would_pick(monkeypatch):
+    """The report of one view rendered once per engine setting: the same bytes each time (but for the minute in
+    "made YYYY-MM-DD HH:MM", which may tick between two renders)."""
+    ctx, _ = rep.build(TEXT, "default", layer=LAYER, head=HEAD)
+    ctx.trace()
+    pages = {}
+    for name, apply in _engines(monkeypatch):
+        apply()
+        page, n = re.subn(r"made \d{4}-\d\d-\d\d \d\d:\d\d\.", "made (time).", rep.report_html(ctx))
+        assert n == 1
+        pages[name] = page.encode("utf-8")
+    assert len(pages) >= 2
+    first = next(iter(pages.values()))
+    for name, b in pages.items():
+        assert b == first, name
+    assert f"L{LAYER} attention weights · head {HEAD}" in [f["layout"]["title"]["text"]
+                                                          for _, _, f in _figures(first.decode("utf-8"))]

@@ -106,8 +106,11 @@ def _fig_json(fig) -> str:
         if k.startswith(("xaxis", "yaxis")) and isinstance(ax, dict):
             ax.setdefault("automargin", True)
     # plotly's own JSON engine is orjson when that package is installed and the standard library otherwise, and
-    # the two escape differently ("·" or "\\u00b7"): one encoder, always, so a report is the same on every machine
-    text = json.dumps({"data": data, "layout": layout}, cls=PlotlyJSONEncoder, ensure_ascii=False,
+    # the two escape differently ("·" or "\\u00b7"): one encoder, always, so a report is the same on every machine.
+    # ASCII only: PlotlyJSONEncoder writes a figure that holds "NaN" or "Infinity" (a NaN value, or only a token
+    # spelt so) a second time with json.dumps's default ensure_ascii=True, so ensure_ascii=False would escape "·"
+    # in those figures and not in the others. With True both passes write the same bytes.
+    text = json.dumps({"data": data, "layout": layout}, cls=PlotlyJSONEncoder, ensure_ascii=True,
                       separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
