@@ -97,18 +97,69 @@ def _start(at, label="Start training"):
 
 
 def test_training_page_trains_the_reverser_and_shows_its_cross_attention():
+    """The page's alignment score of each head, checked on the model it trained: its cross-attention patterns are
+    caught here by torch forward hooks in a plain forward pass (not the app's trace or ``alignment``), on the 200
+    sequences the score is defined over (seeded as the page seeds them), and the weight on source letter 7 - t at
+    output position t is averaged by hand."""
+    from gptviz.ui import resources
+
     at = ok(page("training"))
     at = at.selectbox(key="train.task").set_value("reverse").run()
     at.number_input(key="train.steps.reverse").set_value(5)
+    at.number_input(key="train.nh.reverse").set_value(2)  # two heads: two scores, each must be its own head's
     at = ok(_start(at))
     assert any("Trained for 5 steps" in m.value for m in at.success), messages(at)
     t = titles(at)
     assert "Loss during training (reverse)" in t and "Accuracy (reverse)" in t
-    c = chart(at, "Cross-attention after training")
-    assert array(c["data"][0]["z"]).shape == (8, 8)
-    assert any(m.label == "Layer 0 head 0" for m in at.metric)  # the alignment score
     s = at.session_state["gptviz.settings"]
     assert s["model_key"] and s["source"] == "fbdacbeg" and s["text"] == "^gebcadb"
+
+    entry = resources.registered(s["model_key"])
+    model, tok = entry.model, entry.tokenizer
+    assert (model.config.n_layer, model.config.n_head) == (1, 2)
+    patterns = []
+
+    def record(_module, _inputs, output):
+        patterns.append(output.detach().double().numpy())
+
+    def cross_patterns(src: torch.Tensor, dec: torch.Tensor) -> list[np.ndarray]:
+        """Each decoder layer's cross-attention weights (B, head, T, S), caught at its pattern's hook point."""
+        patterns.clear()
+        handles = [blk.cross_attn.hook_pattern.register_forward_hook(record) for blk in model.transformer.h]
+        try:
+            with torch.no_grad():
+                model(dec, enc_input=src)
+        finally:
+            for hd in handles:
+                hd.remove()
+        return list(patterns)
+
+    # the score's sequences: 200 sources of 8 letters from a..j (torch.Generator seeded 1), the decoder reading ^
+    # and then the reversal less its last letter
+    n, L = 200, 8
+    letters = torch.tensor([tok.encode(c)[0] for c in "abcdefghij"])
+    src = letters[torch.randint(0, 10, (n, L), generator=torch.Generator().manual_seed(1))]
+    start = tok.encode("^")[0]
+    dec = torch.tensor([[start] + row[::-1][:-1] for row in src.tolist()])
+    (p,) = cross_patterns(src, dec)
+    assert p.shape == (n, 2, L, L) and np.allclose(p.sum(-1), 1.0)
+    want = [sum(p[b, h, t, L - 1 - t] for b in range(n) for t in range(L)) / (n * L) for h in range(2)]
+
+    shown = {m.label: m.value for m in at.metric if m.label.startswith("Layer ")}
+    assert list(shown) == ["Layer 0 head 0", "Layer 0 head 1"]
+    assert [shown[f"Layer 0 head {h}"] for h in range(2)] == [f"{w:.3f}" for w in want]
+    assert f"{want[0]:.3f}" != f"{want[1]:.3f}", "the two heads' scores differ as shown: swapped, they would fail"
+    # the scores the metrics are drawn from, to float precision (5 steps leave every head near 1/8 = 0.125, but a
+    # neighbouring source letter's weight differs from the aligned one's by about 5e-4)
+    run = at.session_state["gptviz.train.reverse"]
+    assert np.allclose(np.asarray(run["align"]), [want], rtol=0, atol=1e-6)
+
+    # the heatmap: the best-aligned head's cross-attention on the example, as the hooks catch it
+    head = int(np.argmax(want))
+    c = chart(at, f"Cross-attention after training · layer 0 head {head}")
+    z = array(c["data"][0]["z"])
+    (ex,) = cross_patterns(torch.tensor([tok.encode("fbdacbeg")]), torch.tensor([tok.encode("^gebcadb")]))
+    assert z.shape == (8, 8) and np.allclose(z, ex[0, head], atol=1e-6)
 
 
 def test_training_page_runs_the_material_loop_and_its_loss_falls():
