@@ -66,7 +66,7 @@ def server():
             if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
                 break
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)  # the health check's poll interval: the loop waits for the server to answer
     else:
         proc.kill()
         pytest.fail("streamlit did not start: " + proc.stdout.read().decode(errors="replace")[-2000:])
@@ -89,9 +89,38 @@ def browser():
         b.close()
 
 
+SCRIPT_DONE_JS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+EVERY_CHART_DRAWN_JS = ("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                        ".every(g => g.querySelector('.main-svg'))")
+
+# The layout's signature: the main block's height and scroll position, the page's scroll position, and every
+# chart's box and whether it has drawn. "Still" once it has been the same for ``n`` polls in a row.
+STILL_JS = """(n) => {
+    const m = document.querySelector('[data-testid="stMain"]');
+    const sig = JSON.stringify([m ? [m.scrollHeight, m.scrollTop] : null, document.scrollingElement.scrollTop,
+        [...document.querySelectorAll('.js-plotly-plot')].map(g => { const r = g.getBoundingClientRect();
+            return [r.top, r.left, r.width, r.height, !!g.querySelector('.main-svg')]; })]);
+    const w = window.__gptvizStill || (window.__gptvizStill = {sig: null, n: 0});
+    if (w.sig === sig) { w.n += 1; } else { w.sig = sig; w.n = 0; }
+    return w.n >= n;
+}"""
+
+
+def wait_for_script(page, timeout=90_000):
+    """Until Streamlit's script run is over: it shows a "running" status widget while it works."""
+    page.wait_for_function(SCRIPT_DONE_JS, timeout=timeout)
+
+
+def wait_until_still(page, timeout=30_000, polls=3, every_ms=50):
+    """Until the layout stops moving (a chart resizing to its column, a scroll, a late element): the same
+    signature ``polls`` times ``every_ms`` apart."""
+    page.evaluate("() => { window.__gptvizStill = null; }")
+    page.wait_for_function(STILL_JS, arg=polls, polling=every_ms, timeout=timeout)
+
+
 def wait_for_charts(page, timeout=90_000):
-    """Until a chart has drawn and Streamlit's script has finished."""
+    """Until a chart has drawn, Streamlit's script has finished, every chart has drawn and the layout is still."""
     page.wait_for_selector(".js-plotly-plot .main-svg", timeout=timeout)
-    # let the script finish: Streamlit shows a "running" status widget while it works
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
-    page.wait_for_timeout(500)
+    wait_for_script(page, timeout)
+    page.wait_for_function(EVERY_CHART_DRAWN_JS, timeout=timeout, polling=50)
+    wait_until_still(page, timeout)

@@ -62,9 +62,11 @@ def test_a_shared_link_opens_that_view_and_a_bad_setting_is_a_message(server, br
     options = page.locator("[role='listbox'] [role='option']")
     for target in ("input[role='combobox']", "button[aria-label='Open']", "input[role='combobox']"):
         layer.locator(target).click()  # the combobox opens on a click of its input (or its arrow, once focused)
-        page.wait_for_timeout(700)
-        if options.count():
+        try:
+            options.first.wait_for(timeout=5_000)  # the list is open
             break
+        except PlaywrightTimeout:
+            continue
     options.first.wait_for(timeout=10_000)
     assert options.all_inner_texts() == ["0", "1", "2"]
     page.keyboard.press("Escape")

@@ -5,7 +5,7 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-from kit import SHOTS, browser, server, wait_for_charts  # noqa: F401 - the fixtures, imported
+from kit import SHOTS, browser, server, wait_for_charts, wait_until_still  # noqa: F401 - the fixtures, imported
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHARTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((gd, i) => ({
@@ -30,6 +30,16 @@ EVENTS_JS = """(i) => { window.__gptvizEvents = []; const gd = document.querySel
     gd.on('plotly_click', d => window.__gptvizEvents.push(
         {click: d.points.map(p => ({trace: p.data.type + (p.data.name ? ' ' + p.data.name : ''), x: p.x, y: p.y}))}));
     gd.on('plotly_selected', d => window.__gptvizEvents.push({selected_points: d ? d.points.length : 0})); }"""
+
+
+# plotly.js has taken the pointer as hovering that cell: its hover data names the cell's column and row.
+HOVERED_JS = """([i, x, y]) => { const gd = document.querySelectorAll('.js-plotly-plot')[i];
+    return (gd._hoverdata || []).some(p => String(p.x) === String(x) && String(p.y) === String(y)); }"""
+
+# The sidebar's note on the selected pair is on the screen.
+IN_VIEW_JS = """(text) => { const el = [...document.querySelectorAll('[data-testid="stSidebar"] p')]
+    .find(e => e.innerText.includes(text)); if (!el) return false; const r = el.getBoundingClientRect();
+    return r.top >= 0 && r.bottom <= window.innerHeight; }"""
 
 
 def _charts(page):
@@ -68,13 +78,13 @@ def test_clicking_an_attention_cell_selects_that_query_and_key(server, browser):
     # click query 4, key 2 ("at␣" after "the␣ c at␣ s at␣": key 2 is the first "at␣")
     q, k = 4, 2
     page.locator(".js-plotly-plot").nth(weights["i"]).scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
+    wait_until_still(page)  # scrolled, and the chart where it will stay: its cells' page positions are final
     cell = page.evaluate(CELL_JS, [weights["i"], q, k])
     assert cell["nx"] == cell["ny"] == 11, cell  # "the cat sat on the mat." is 11 tokens
     assert cell["ylabel"].startswith(f"{q}: ") and cell["xlabel"].startswith(f"{k}: "), cell
     page.evaluate(EVENTS_JS, weights["i"])
     page.mouse.move(cell["x"], cell["y"])
-    page.wait_for_timeout(300)
+    page.wait_for_function(HOVERED_JS, arg=[weights["i"], cell["xlabel"], cell["ylabel"]], timeout=10_000, polling=50)
     page.mouse.click(cell["x"], cell["y"])
 
     sidebar = page.locator("[data-testid='stSidebar']")
@@ -103,10 +113,10 @@ def test_clicking_an_attention_cell_selects_that_query_and_key(server, browser):
     assert {s["name"] for s in weights["shapes"]} >= {"selected query", "selected key"}, weights["shapes"]
 
     page.locator(".js-plotly-plot").nth(scores["i"]).scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
+    wait_until_still(page)
     page.screenshot(path=str(SHOTS / "selection_attention.png"))
     sidebar.get_by_text(f"Selected: query {q}").scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
+    page.wait_for_function(IN_VIEW_JS, arg=f"Selected: query {q}", timeout=10_000, polling=50)
     page.screenshot(path=str(SHOTS / "selection_sidebar.png"))
     assert page.locator("[data-testid='stException']").count() == 0
     assert not errors, errors
