@@ -89,7 +89,11 @@ def browser():
         b.close()
 
 
-SCRIPT_DONE_JS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+# The script's run is over and drawn: no "running" status widget, no element left stale from the last run, no
+# skeleton (the placeholder of an element still loading), and something in the main block.
+SCRIPT_DONE_JS = """() => !document.querySelector('[data-testid="stStatusWidget"]')
+    && !document.querySelector('[data-stale="true"], .stSkeleton, [data-testid="stAppSkeleton"]')
+    && !!document.querySelector('[data-testid="stMain"] [data-testid="stElementContainer"]')"""
 EVERY_CHART_DRAWN_JS = ("() => [...document.querySelectorAll('.js-plotly-plot')]"
                         ".every(g => g.querySelector('.main-svg'))")
 
@@ -107,8 +111,11 @@ STILL_JS = """(n) => {
 
 
 def wait_for_script(page, timeout=90_000):
-    """Until Streamlit's script run is over: it shows a "running" status widget while it works."""
-    page.wait_for_function(SCRIPT_DONE_JS, timeout=timeout)
+    """Until Streamlit's script run is over and drawn (``SCRIPT_DONE_JS``). A moment between two states (no
+    status widget yet, nothing stale yet) is not taken for the end: it must hold on three polls in a row."""
+    page.evaluate("() => { window.__gptvizDone = 0; }")
+    page.wait_for_function(f"() => (window.__gptvizDone = ({SCRIPT_DONE_JS})() ? window.__gptvizDone + 1 : 0) >= 3",
+                           timeout=timeout, polling=100)
 
 
 def wait_until_still(page, timeout=30_000, polls=3, every_ms=50):

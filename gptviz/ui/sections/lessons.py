@@ -2,8 +2,10 @@
 
 Each lesson is a TOML file in lessons/ (see gptviz.present.lessons). A step pins its own settings without touching
 the sidebar or the address bar, draws a registered section (or any hook) and may ask the class a question whose
-answer is computed from the live trace. Presenter mode (``?present=1``) collapses the sidebar and makes the text and
-the charts larger. The page's state lives in ``st.session_state`` under its ``key`` ("lessons"): ``.present``,
+answer is computed from the live trace. Presenter mode (``?present=1``) collapses the sidebar, makes the text and
+the charts larger and fits a step on one 1280×720 screen: the title on top, Previous / the counter / Next at the
+bottom, the step in two panels between them (a formula folded under its chart, the revealed answer under the
+question). The page's state lives in ``st.session_state`` under its ``key`` ("lessons"): ``.present``,
 ``.pick``, ``.pos`` (lesson id -> step index), ``.revealed``, ``.answer`` and ``.url``.
 """
 from __future__ import annotations
@@ -19,13 +21,18 @@ from typing import Callable
 import streamlit as st
 
 from ...present import lessons
+from ...present.descriptions import step_info
 from ...present.page_context import pinned, resolve
 from .. import resources
 from ..page import show_notices
 from . import FAILED, get, load_all, section
 
 PAGE_KEY = "lessons"  # the Lessons page's prefix in st.session_state and of its widget keys
-PRESENT_STYLE = {"font_scale": 1.5, "max_height": 440}
+PRESENT_STYLE = {"font_scale": 1.5, "max_height": 370}
+# Presenter mode's screen is 1280×720: one row on top (the step's title, the lesson, the toggle), one at the bottom
+# (Previous, the counter, Next) and between them the step in two panels of this height. What does not fit in a
+# panel (a long text, a formula opened under the chart) scrolls inside it: the page itself never scrolls.
+PRESENT_PANEL_PX = 510
 STATIC = Path(__file__).resolve().parents[1] / "static"
 PRESENT_MARKER = "/* presenter mode */"
 
@@ -156,24 +163,43 @@ def picker(ctx, *, key: str = PAGE_KEY) -> Place:
     if st.session_state.get(f"{key}.pick") not in by_id:
         st.session_state[f"{key}.pick"] = found[0].id
 
-    top = st.columns([3, 4, 2.4], vertical_alignment="center")
-    lid = top[0].selectbox("Lesson", [les.id for les in found], key=f"{key}.pick", label_visibility="collapsed",
-                           format_func=lambda x: f"{found.index(by_id[x]) + 1}. {by_id[x].title}")
+    present = bool(st.session_state.get(f"{key}.present", False))
+    # presenter mode: the step's title, the lesson and the toggle in one row (the counter moves to the bottom row)
+    top = st.columns([6.2, 3, 2.4] if present else [3, 4, 2.4], vertical_alignment="center")
+    pick_box, text_box = (top[1], top[0]) if present else (top[0], top[1])
+    lid = pick_box.selectbox("Lesson", [les.id for les in found], key=f"{key}.pick", label_visibility="collapsed",
+                             format_func=lambda x: f"{found.index(by_id[x]) + 1}. {by_id[x].title}")
     lesson = by_id[lid]
     n = len(lesson.steps)
     i = pos[lid] = max(0, min(int(pos.get(lid, 0)), n - 1))
-    top[1].markdown(f"<div class='lesson-counter' data-testid='lesson-counter'>Step {i + 1} of {n} · "
-                    f"{html.escape(lesson.title)}</div>", unsafe_allow_html=True)
+    if present:
+        text_box.markdown(_title_html(lesson.steps[i].title), unsafe_allow_html=True)
+    else:
+        text_box.markdown(_counter_html(i, n, lesson.title), unsafe_allow_html=True)
     top[2].toggle("Presenter mode", key=f"{key}.present", help="Sidebar collapsed, larger text and charts, one step "
                   "per screen for a 1280×720 projector. Kept in the address bar (?present=1). ← and → move between "
                   "steps.")
     return Place(lesson, i, bool(st.session_state.get(f"{key}.present", False)))
 
 
+def _title_html(title: str) -> str:
+    """Presenter mode's step title on one line of its column: 2.2rem, smaller for a title of over 30 characters
+    (the column holds about 30 at 2.2rem), never under 1.4rem."""
+    rem = max(1.4, min(2.2, 2.2 * 30 / max(len(title), 1)))
+    return f"<h2 class='present-title' style='font-size:{rem:.2f}rem'>{html.escape(title)}</h2>"
+
+
+def _counter_html(i: int, n: int, tail: str) -> str:
+    """The step counter ("Step 3 of 11 · …"), which the browser tests find by its test id."""
+    return f"<div class='lesson-counter' data-testid='lesson-counter'>Step {i + 1} of {n} · {html.escape(tail)}</div>"
+
+
 @section("lessons.heading")
 def heading(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
     """The step's title between the Previous and Next buttons (← and →), and the lesson's summary on its first
-    step (outside presenter mode)."""
+    step (outside presenter mode). In presenter mode the title is in the top row and the buttons in the footer."""
+    if place.present:
+        return
     nav = st.columns([1.4, 6, 1.4], vertical_alignment="center")
     nav[1].markdown(f"## {place.step.title}")
     lid = place.lesson.id
@@ -194,7 +220,20 @@ def _draw(view: str, c, key: str, options: dict, highlight=None) -> bool:
         kw["highlight"] = highlight
     if "prompt" in params and "prompt" not in kw:  # what the model reads: the text as it was tokenised
         kw["prompt"] = c.tok.decode(c.batch.x[c.b, : c.n_pos].tolist())
-    return fn(c, key=key, **kw) is True
+    hook = kw.get("hook") if fn is get("step") else None  # a step of the trace: "step" draws it
+    formula_below = bool(c.style) and bool(hook) and not {"formula", "code"} & set(kw)
+    if formula_below:  # presenter mode: the chart and its sentence in the panel, formula and code folded under it
+        kw.update(formula=False, code=False)
+    drew = fn(c, key=key, **kw) is True
+    if formula_below:
+        tr = c.trace()
+        name = str(hook).replace("{layer}", str(c.layer))
+        if name in tr:
+            info = step_info(tr, name)
+            with st.expander("Formula and PyTorch"):
+                st.latex(info.formula)
+                st.code(info.code, language="python")
+    return drew
 
 
 def _question(key: str, place: Place, question: lessons.Question, is_revealed: bool) -> None:
@@ -206,9 +245,11 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
     if not is_revealed:
         st.button("Reveal", key=f"{key}.reveal.{lid}.{i}", type="primary", on_click=_reveal, args=(key, lid, i),
                   disabled=pick is None, help="Pick an answer first: commit, then see the truth.")
-        if pick is None:
+        if pick is None and not place.present:  # (in presenter mode the disabled button's tooltip says it)
             st.caption("Pick an answer first, then reveal it.")
         return
+    if place.present:
+        _answer(question)
     if pick is not None:
         st.markdown(("**Right!**" if pick == question.correct else
                      f"Not quite: the answer is **{question.answer}**.") + " It comes from the live model: "
@@ -217,6 +258,10 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
                                          "prompt": question.prompt, "answer": question.answer,
                                          "value": question.value}
     st.button("Ask again", key=f"{key}.again.{lid}.{i}", on_click=_ask_again, args=(key, lid, i))
+
+
+def _answer(question: lessons.Question) -> None:
+    st.success(f"**Answer: {question.answer}**  \n{question.explanation}", icon=":material/check_circle:")
 
 
 @section("lessons.step")
@@ -237,9 +282,17 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
             unavailable = str(exc)
     is_revealed = question is not None and (lesson.id, i) in st.session_state[f"{key}.revealed"]
 
-    left, right = st.columns([2, 3], gap="large")
+    # presenter mode gives a step with a question half the width: its text, the question and the choices fit
+    left, right = st.columns([1, 1] if place.present and step.question else [2, 3], gap="large")
+    if place.present:  # two panels of one height: the page fits the screen, a long step scrolls in its panel
+        left = left.container(height=PRESENT_PANEL_PX, border=False)
+        right = right.container(height=PRESENT_PANEL_PX, border=False)
     with left:
-        st.markdown(step.text)
+        if is_revealed and place.present:  # the answer where the class looks: the text folds away
+            with st.expander("The step's text"):
+                st.markdown(step.text)
+        else:
+            st.markdown(step.text)
         for note in notes:
             st.caption(note)
         show_notices(step_notices)
@@ -251,23 +304,47 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
     with right:
         vkey = f"L.{lesson.id}.{i}"
         if is_revealed:
-            st.success(f"**Answer: {question.answer}**  \n{question.explanation}", icon=":material/check_circle:")
-            box = st.container()  # above the step's view: the answer is the first thing the class sees
-            # the answer on the step's own figure if it can show it, else on the figure that does
-            if not _draw(step.view, sctx, vkey, step.options, question.highlight) and question.view:
-                actx = sctx
-                if question.settings:
-                    actx, _ = resolve(pinned(sctx.s, **question.settings), resources)
-                    actx.style = sctx.style
-                with box:
-                    _draw(question.view, actx, vkey + ".answer", question.options, question.highlight)
-                    st.divider()
+            if not place.present:  # (in presenter mode it is under the question, in the left panel)
+                _answer(question)
+            _draw_answer(step, sctx, vkey, question, one_view=place.present)
         else:
             _draw(step.view, sctx, vkey, step.options)
 
 
+def _draw_answer(step: lessons.Step, sctx, vkey: str, question: lessons.Question, one_view: bool) -> None:
+    """The answer marked on the step's own figure if it can show it, else on the question's figure, drawn above
+    the step's (the first thing the class sees). ``one_view`` (presenter mode, one screen): only the figure that
+    shows the answer, when it is clear beforehand that the step's own cannot."""
+    def answer_view() -> None:
+        actx = sctx
+        if question.settings:
+            actx, _ = resolve(pinned(sctx.s, **question.settings), resources)
+            actx.style = sctx.style
+        _draw(question.view, actx, vkey + ".answer", question.options, question.highlight)
+
+    own_marks = not lessons.is_hook(step.view) or (question.highlight or {}).get("hook") == step.view.replace(
+        "{layer}", str(sctx.layer))
+    if one_view and question.view and not own_marks:
+        answer_view()
+        return
+    box = st.container()
+    if not _draw(step.view, sctx, vkey, step.options, question.highlight) and question.view:
+        with box:
+            answer_view()
+            st.divider()
+
+
 @section("lessons.footer")
 def footer(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
-    """Which step this is, and how to move on and to turn presenter mode on."""
+    """Which step this is, and how to move on and to turn presenter mode on. In presenter mode: the Previous
+    and Next buttons (← and →) either side of the counter."""
+    if place.present:
+        row = st.columns([1.4, 6, 1.4], vertical_alignment="center")
+        row[1].markdown(_counter_html(place.i, place.n, "← and → move between steps"),
+                        unsafe_allow_html=True)
+        lid = place.lesson.id
+        arrow_keys(row[0], row[2], key=key, shown=f"{lid}.{place.i}", on_move=partial(_move, key, lid, place.n),
+                   first=place.i == 0, last=place.i == place.n - 1)
+        return
     st.caption(f"Step {place.i + 1} of {place.n} · ← and → move between steps" + (
         "" if place.present else " · presenter mode: the toggle at the top, or ?present=1 in the address"))
