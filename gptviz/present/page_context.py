@@ -85,7 +85,10 @@ def defaults() -> dict[str, Any]:
 
 # Settings key of the notices about the link a session was opened with (url_params.read), for resolve to show.
 URL_NOTICES = "_url_notices"
-URL_FIELDS = ["preset", "text", "source", "tokenizer", "merges", "lowercase", "untrained", *CONFIG_FIELDS]
+# The settings a link carries: the model, the text, and the layer and head in view (so a link, or a reload after
+# the server restarted, opens the same view).
+URL_FIELDS = ["preset", "text", "source", "tokenizer", "merges", "lowercase", "untrained", "layer", "head",
+              *CONFIG_FIELDS]
 
 
 def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:

@@ -57,6 +57,9 @@ PARAMS: dict[str, Param] = {
     "merges": Param("int", 0, 200),
     "lowercase": Param("bool"),
     "untrained": Param("bool"),
+    # the view: clamped again to the model's own layers and heads once it is built
+    "layer": Param("int", 0, 47),
+    "head": Param("int", -1, 63),  # -1: all heads
     # the model's shape
     "n_layer": Param("int", 1, 48),
     "n_head": Param("int", 1, 64),
