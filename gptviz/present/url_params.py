@@ -149,8 +149,16 @@ def _cut_text(field: str, raw: str) -> tuple[str, Optional[str]]:
         text = text[:MAX_TEXT_CHARS]
     if not cut:
         return raw, None
-    return text, f"`{field}`: a link carries at most {MAX_TEXT_CHARS:,} characters of text, {MAX_LINE_CHARS:,} per " \
+    return text, f"`{field}`: gptviz reads at most {MAX_TEXT_CHARS:,} characters of text, {MAX_LINE_CHARS:,} per " \
                  f"line, so {' and '.join(cut)}."
+
+
+def typed_text(field: str, raw: Any) -> tuple[str, Optional[Notice]]:
+    """A text typed or pasted into a text box (``text`` or ``source``), cut as a link's would be: the text to keep
+    and, if it was cut, the notice that says so. The box's own ``max_chars`` stops a browser at the total, but a
+    client that speaks the websocket protocol itself can send anything."""
+    text, why = _cut_text(field, "" if raw is None else str(raw))
+    return text, (None if why is None else Notice("warning", why, "✂️"))
 
 
 def clean(field: str, raw: Any, default: Any) -> tuple[Any, Optional[str]]:

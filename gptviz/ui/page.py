@@ -30,7 +30,13 @@ TOKENIZER_LABELS = {
 
 # --------------------------------------------------------------------------- sidebar widgets
 def _sync(field: str, s: dict) -> None:
-    s[field] = st.session_state[state.WIDGET + field]
+    value = st.session_state[state.WIDGET + field]
+    if field == "text":  # a paste of any size arrives here: cut it before anything reads it, and say so
+        value, note = url_params.typed_text(field, value)
+        if note is not None:
+            s[state.URL_NOTICES] = [*s.get(state.URL_NOTICES, []), note]
+            st.session_state[state.WIDGET + field] = value
+    s[field] = value
     if field in state.CONFIG_FIELDS:
         s["preset"] = "custom"
 
@@ -100,6 +106,7 @@ def sidebar(s: dict) -> None:
     sb = st.sidebar
     sb.markdown("### Input")
     _w("text_area", "text", "Text (each line is one row of the batch)", s, height=110,
+       max_chars=url_params.MAX_TEXT_CHARS,
        help="Type anything. Several lines make a batch; shorter lines are padded.")
     tok_key = state.WIDGET + "tokenizer"
     if st.session_state.get(tok_key) != s["tokenizer"]:

@@ -185,7 +185,10 @@ def source_keys(ctx, b: Optional[int] = None) -> tuple[Optional[list[str]], Opti
 
 def set_source(s: dict[str, Any], widget_key: str, ctx) -> None:
     """on_change of a source box: the new source and, for the reversal task, the decoder's matching text."""
-    s[SOURCE] = st.session_state[widget_key]
+    s[SOURCE], note = url_params.typed_text("source", st.session_state[widget_key])
+    if note is not None:
+        s[URL_NOTICES] = [*s.get(URL_NOTICES, []), note]
+        st.session_state[widget_key] = s[SOURCE]
     want = decoder_text(ctx, s[SOURCE])
     if want:
         s["text"] = want

@@ -7,7 +7,10 @@ from apphelp import PAGES, array, charts, messages, page, set_sidebar
 TEXTS = ["", "   \n\t ", "🙂🚀👩‍👩‍👧‍👦 emoji", "مرحبا بالعالم שלום", "\x00\x01\x1b[31mred\x7f", "<|endoftext|>",
          "x" * 100_000, "\n".join(f"line {i}" for i in range(40))]
 EMPTY = "The text is empty: type at least one line. Showing the example sentence instead."
-LONG = ("Line 1 has 100,000 characters, far more than the model's context (block_size=32) can hold: it was cut to "
+# a pasted line of 100,000 characters is cut to 2,048 as it arrives (with a warning), then to the model's context
+CUT = ("`text`: gptviz reads at most 4,096 characters of text, 2,048 per line, so line 1 was cut to 2,048 "
+       "characters.")
+LONG = ("Line 1 has 2,048 characters, far more than the model's context (block_size=32) can hold: it was cut to "
         "its first 32 tokens.")
 MANY_LINES = "The text has 40 lines; only the first 16 are used as the batch."
 TEXT_NOTICES = ("The text is empty", "Not in this tokenizer's vocabulary", "Line 1 has", "The text has")
@@ -30,6 +33,7 @@ def expected_char_bpe(text: str) -> tuple[list[str], list[str], tuple[int, int]]
     if not lines:
         n = len(tok.encode(DEFAULT_PROMPT))
         return [EMPTY], [], (n, n)
+    warnings = [CUT] if text == TEXTS[6] else []
     infos = []
     if text == TEXTS[6]:
         infos.append(LONG)
@@ -40,7 +44,7 @@ def expected_char_bpe(text: str) -> tuple[list[str], list[str], tuple[int, int]]
     if unknown:
         infos.append("Not in this tokenizer's vocabulary, so left out: " + " ".join(map(repr, unknown)) + ".")
     lengths = [min(len(tok.encode(line)), 32) for line in lines[:16]]
-    return [], infos, (lengths[0], max(lengths))
+    return warnings, infos, (lengths[0], max(lengths))
 
 
 # GPT-2's encoding of each text (fixed forever): the example sentence "the cat sat on the mat." for the blank ones
@@ -73,18 +77,26 @@ def check(at, name, text, vocab: str, warnings, infos, positions):
         assert positions_shown(at, name, positions), (*where, positions)
 
 
+def send_text(at, text: str):
+    """The sidebar's text set to ``text`` whatever its length, as a client that speaks Streamlit's websocket
+    protocol itself could send it (a browser, and AppTest's ``input``, stop at the box's ``max_chars``)."""
+    return at.text_area(key="w.text").set_value(text).run()
+
+
 @pytest.mark.parametrize("name", list(PAGES))
 def test_hostile_texts_on_every_page(name):
     at = page(name)
+    assert at.text_area(key="w.text").max_chars == 4096  # a browser stops a paste there
     for text in TEXTS:
-        at = set_sidebar(at, "text", text)
+        at = send_text(at, text)
         check(at, name, text, "76", *expected_char_bpe(text))
+    assert len(at.session_state["gptviz.settings"]["text"]) == len(TEXTS[-1])  # the last, short text as it was
 
 
 def test_the_expected_messages_are_worked_out_right():
     """The expectations themselves, spelled out for the texts whose message is easy to read."""
     assert expected_char_bpe("")[0] == [EMPTY] and expected_char_bpe("   \n\t ")[0] == [EMPTY]
-    assert expected_char_bpe(TEXTS[6])[1] == [LONG] and expected_char_bpe(TEXTS[6])[2] == (32, 32)
+    assert expected_char_bpe(TEXTS[6]) == ([CUT], [LONG], (32, 32))
     assert expected_char_bpe(TEXTS[7])[1] == [MANY_LINES]
     assert expected_char_bpe("<|endoftext|>") == ([], [], (1, 1))
     assert expected_char_bpe(TEXTS[4])[1] == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ...present import url_params
 from .. import state
 from . import section
 
@@ -21,6 +22,7 @@ def source_input(ctx, *, key: str = "att") -> None:
             st.session_state[wkey] = s.get(state.SOURCE, "")
         reverse = state.model_task(ctx) == "reverse"
         st.text_area("Source: what the encoder reads (each line is one row of the batch)", key=wkey, height=68,
+                     max_chars=url_params.MAX_TEXT_CHARS,
                      on_change=state.set_source, args=(s, wkey, ctx),
                      help="The decoder's text is in the sidebar" + (
                          ": for the reverser it follows from the source, `^` then the letters backwards so far "
