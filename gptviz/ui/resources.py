@@ -14,43 +14,78 @@ from functools import lru_cache
 from typing import Optional
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from ..config import ModelConfig
 from ..model.build import build_model
 from ..model.gpt import GPT
 from ..paths import CHECKPOINTS
 from ..present.page_context import Entry, trace_for_view
+from ..run.byte_cache import ByteLRU, nbytes
+from ..run.slots import BIG_LOAD
 from ..run.trace import Trace
 from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 
 # Models that are not built from a config alone (trained, uploaded or shipped ones), by key, with the
 # tokenizer they were made for. Each is registered once and never changed afterwards; a new training
-# run or upload gets a new key. The oldest are forgotten past MAX_REGISTERED.
+# run or upload gets a new key. Past MAX_REGISTERED models or MAX_REGISTERED_BYTES of weights, the least
+# recently used are forgotten here, but a session keeps its own (trained, uploaded) models for as long as it
+# lives: ``registered`` finds them in its session state and registers them again.
 MAX_REGISTERED = 32
+MAX_REGISTERED_BYTES = 2_000_000_000  # about four GPT-2 smalls, or thousands of the class's small models
+OWN_MODELS = "gptviz.own_models"  # st.session_state: this session's own models, key -> Entry
 
-
-_REGISTERED: "OrderedDict[str, Entry]" = OrderedDict()
+_REGISTERED: "OrderedDict[str, tuple[Entry, int]]" = OrderedDict()  # key -> (entry, its weights' bytes)
 _REGISTER_LOCK = threading.Lock()
 
 
+def _session_models() -> Optional[dict]:
+    """This session's own models, or None outside a session's script run (a test, the bench, a command)."""
+    if get_script_run_ctx(suppress_warning=True) is None:
+        return None
+    return st.session_state.setdefault(OWN_MODELS, {})
+
+
+def _store(key: str, entry: Entry) -> None:
+    size = nbytes(entry.model)
+    with _REGISTER_LOCK:
+        _REGISTERED.pop(key, None)
+        _REGISTERED[key] = (entry, size)
+        total = sum(b for _, b in _REGISTERED.values())
+        while len(_REGISTERED) > 1 and (len(_REGISTERED) > MAX_REGISTERED or total > MAX_REGISTERED_BYTES):
+            _, (_, gone) = _REGISTERED.popitem(last=False)  # the least recently used
+            total -= gone
+
+
 def register_model(model: GPT, tokenizer=None, label: str = "", meta: Optional[dict] = None,
-                   key: Optional[str] = None) -> str:
-    """Keep a model for the pages to show; returns its key."""
+                   key: Optional[str] = None, own: bool = True) -> str:
+    """Keep a model for the pages to show; returns its key. ``own``: the calling session keeps it too (a model
+    it trained or uploaded), so it stays loaded while that session lives."""
     key = key or f"m-{uuid.uuid4().hex[:12]}"
     model.eval()
-    with _REGISTER_LOCK:
-        _REGISTERED[key] = Entry(model, tokenizer, label, dict(meta or {}))
-        _REGISTERED.move_to_end(key)
-        while len(_REGISTERED) > MAX_REGISTERED:
-            _REGISTERED.popitem(last=False)
+    entry = Entry(model, tokenizer, label, dict(meta or {}))
+    _store(key, entry)
+    mine = _session_models() if own else None
+    if mine is not None:
+        mine[key] = entry
     return key
 
 
 def registered(key: Optional[str]) -> Optional[Entry]:
+    """The model registered under ``key`` (used now: the last to be forgotten), or this session's own copy of
+    it (registered again) if the shared registry forgot it."""
     if not key:
         return None
     with _REGISTER_LOCK:
-        return _REGISTERED.get(key)
+        found = _REGISTERED.get(key)
+        if found is not None:
+            _REGISTERED.move_to_end(key)
+            return found[0]
+    mine = _session_models()
+    entry = None if mine is None else mine.get(key)
+    if entry is not None:
+        _store(key, entry)
+    return entry
 
 
 def registered_model(key: Optional[str]) -> Optional[GPT]:
@@ -86,8 +121,31 @@ def shipped_checkpoint(name: str) -> str:
     key = f"ckpt-{name}"
     if registered(key) is not None:
         return key
-    ck = load_checkpoint(CHECKPOINTS / f"{name}.safetensors")
-    return register_model(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", ck.meta, key=key)
+    with _SHIPPED_LOCK:  # loaded once even when a class opens it at once
+        if registered(key) is None:
+            ck = load_checkpoint(CHECKPOINTS / f"{name}.safetensors")
+            register_model(ck.model, ck.tokenizer, f"shipped checkpoint: {name}", ck.meta, key=key, own=False)
+    return key
+
+
+_SHIPPED_LOCK = threading.Lock()
+HUB_GPT2_KEY = "hub-gpt2"
+_HUB_LOCK = threading.Lock()
+
+
+def hub_gpt2(load) -> str:
+    """The key of GPT-2 small from the hub: ``load()`` -> (model, tokenizer) is called once per process, however
+    many sessions ask (the model is shared and never changed); a session that asks keeps it too."""
+    with _HUB_LOCK:
+        entry = registered(HUB_GPT2_KEY)
+        if entry is None:
+            model, tok = load()
+            register_model(model, tok, "GPT-2 small (Hugging Face)", {}, key=HUB_GPT2_KEY)
+        else:
+            mine = _session_models()
+            if mine is not None:
+                mine[HUB_GPT2_KEY] = entry
+    return HUB_GPT2_KEY
 
 
 def shipped_names(decoder_only: bool = False) -> list[str]:
@@ -106,11 +164,24 @@ def _shipped_config(name: str) -> dict:
         return json.loads((f.metadata() or {}).get("config", "{}"))
 
 
-@st.cache_resource(max_entries=12, show_spinner=False)
+# Models built from a config, shared by every session, least recently used forgotten past this many bytes of
+# weights (a class's small models are kilobytes to megabytes; GPT-2 small's shape alone is 0.5 GB).
+MODEL_CACHE_BYTES = 2_000_000_000
+_MODELS = ByteLRU(MODEL_CACHE_BYTES, "models")
+
+
 def model_for(cfg_json: str) -> GPT:
     """The seeded model for a config (JSON of ``ModelConfig.to_dict()``): a ``GPT``, or a
-    ``gptviz.model.encoder_decoder.Seq2Seq`` when the config has ``n_enc_layer >= 0``."""
-    return build_model(ModelConfig.from_dict(json.loads(cfg_json)))
+    ``gptviz.model.encoder_decoder.Seq2Seq`` when the config has ``n_enc_layer >= 0``. Built once however many
+    sessions ask at once; a big one under the one-big-load-at-a-time slot."""
+    def build() -> GPT:
+        cfg = ModelConfig.from_dict(json.loads(cfg_json))
+        if cfg.num_params() > BIG_MODEL_PARAMS:
+            with BIG_LOAD.hold():
+                return build_model(cfg)
+        return build_model(cfg)
+
+    return _MODELS.get_or_compute(cfg_json, build)
 
 
 def get_model(cfg_json: str, model_key: Optional[str] = None) -> GPT:
@@ -140,8 +211,8 @@ def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple]
     whose encoder output is the fixed random tensor (n_enc_layer = 0). A model with an encoder given no source
     reads ``default_source`` (its example), so a page that knows nothing of sources still draws.
 
-    A trace of a small model is tiny and many are kept; one of a GPT-2-sized model is ~0.1 GB, so only a
-    few are, in a cache of their own.
+    Traces are kept in one cache bounded by bytes (``TRACE_CACHE_BYTES``): a trace of a small model is tiny
+    and many are kept; one of a GPT-2-sized model is ~0.1 GB, so only a few are.
     """
     m = registered_model(model_key)
     cfg = m.config if m is not None else ModelConfig.from_dict(json.loads(cfg_json))
@@ -149,9 +220,8 @@ def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple]
         src, src_mask = default_source(model_key, x, cfg)
     big = cfg.num_params() > BIG_MODEL_PARAMS
     fn = _traced_big if big else _traced_small
-    # read-only: a big trace is one object shared by every session, and a small one is a fresh copy of
-    # the cached value, frozen too so that every page is tested against read-only traces
-    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask).freeze()
+    # read-only: a trace is one object shared by every session that asks for it
+    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
 
 
 def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tuple[tuple, tuple]:
@@ -175,16 +245,22 @@ def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, 
     return trace_for_view(get_model(cfg_json, model_key), x, y, mask, edits_key, grads, src, src_mask)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _traced_small(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
-    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
+# Traces, shared by every session (frozen: read-only arrays), least recently used forgotten past this many
+# bytes. A trace of the class's small models is tens of kilobytes; one of GPT-2 small at the app's token cap
+# ~0.1 GB (0.17 GB with gradients), so a few of those and thousands of small ones fit.
+TRACE_CACHE_BYTES = 1_500_000_000
+_TRACES = ByteLRU(TRACE_CACHE_BYTES, "traces")
 
 
-# A big trace (GPT-2 small with gradients: ~170 MB) is kept as it is, not pickled as st.cache_data would do
-# on every miss (~0.3 s) and copy on every hit; its arrays are read-only (Trace.freeze).
-@st.cache_resource(max_entries=4, show_spinner="Running the big model…")
-def _traced_big(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
-    return _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
+def _traced_small(*args) -> Trace:
+    return _TRACES.get_or_compute(args, lambda: _compute_trace(*args).freeze())
+
+
+def _traced_big(*args) -> Trace:
+    if _TRACES.get(args) is not None:
+        return _TRACES.get(args)
+    with st.spinner("Running the big model…"):
+        return _TRACES.get_or_compute(args, lambda: _compute_trace(*args).freeze())
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

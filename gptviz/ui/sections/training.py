@@ -16,9 +16,11 @@ from ...model.gpt import GPT
 from ...present import figures
 from ...run import edits as edit_specs
 from ...run.loss import uniform_loss
+from ...run.slots import TRAINING
 from ...training.loop import DEFAULTS, TrainConfig, model_config_for, snapshot, train
 from ...training.tasks import make_task
 from .. import resources
+from ..waiting import queued
 from . import section
 
 RUN = "gptviz.train.run"  # the last run of this session: model key, history, task
@@ -145,7 +147,8 @@ def train_task(ctx, *, key: str = "train", task_name: str = "sort") -> None:
         else:
             acc_box.metric("Held-out loss", f"{hist.eval_loss[-1]:.3f}")
 
-    model, hist = train(model, task, tc, on_progress=progress, copy_model=False)
+    with queued(TRAINING, "training"):  # at most TRAINING.capacity runs train at once on this server
+        model, hist = train(model, task, tc, on_progress=progress, copy_model=False)
     st.session_state.pop(LIVE, None)
     finish(ctx, model, hist, task, task_name)
     st.session_state[DONE] = (f"Trained for {hist.steps[-1]} steps in {hist.seconds:.1f} s. Every page now "

@@ -9,8 +9,10 @@ import streamlit as st
 from ...model.hook_names import act_name
 from ...present import figures
 from ...run.loss import uniform_loss
+from ...run.slots import TRAINING
 from ...run.trace import trace
 from ...training.reversal import MATERIAL_LOOP_CODE, material_recipe
+from ..waiting import queued
 from . import section
 from .training import LR_MAX
 
@@ -40,7 +42,7 @@ def material_loop(ctx, *, key: str = "train") -> None:
                      f"and at most {LR_MAX:g} (the material's is 0.01)")
             return
         t0 = time.perf_counter()
-        with st.spinner(f"Running {int(steps)} SGD steps…"):
+        with queued(TRAINING, "training"), st.spinner(f"Running {int(steps)} SGD steps…"):
             res = material_recipe(int(steps), float(lr), seed=int(seed), shift=bool(shift))
         st.session_state[MATERIAL_RUN] = {"loss": res["loss"], "model": res["model"], "enc_out": res["enc_out"][:1],
                                           "inputs": res["inputs"][:1], "lr": float(lr), "shift": bool(shift),

@@ -13,10 +13,12 @@ from ...present import figures, matrices
 from ...present.descriptions import step_info
 from ...run import edits as edit_specs
 from ...run.loss import uniform_loss
+from ...run.slots import TRAINING
 from ...run.trace import trace
 from ...training.reversal import REVERSE_RECIPE, alignment, train_reverse
 from ...training.tasks import ReverseTask
 from .. import resources, state
+from ..waiting import queued
 from . import section
 from .training import DONE, LR_MAX
 
@@ -82,8 +84,9 @@ def reverse(ctx, *, key: str = "train") -> None:
                                width="stretch", key=f"{key}.reverse.live.{step}")
             acc_box.metric("Accuracy (held-out)", f"{hist['accuracy'][-1]:.1%}")
 
-        model, hist = train_reverse(int(steps), int(batch_size), float(lr), int(seed), task, progress,
-                                    n_head=int(n_head), n_embd=int(n_embd))
+        with queued(TRAINING, "training"):
+            model, hist = train_reverse(int(steps), int(batch_size), float(lr), int(seed), task, progress,
+                                        n_head=int(n_head), n_embd=int(n_embd))
         example = task.example()
         decoder = task.decoder_text(example)
         align = alignment(model, task).numpy()

@@ -8,7 +8,9 @@ from ...model.checkpoint import checkpoint_bytes, load_checkpoint
 from ...model.hook_names import act_name
 from ...present.page_context import CKPT_PREFIX
 from ...run import edits as edit_specs
+from ...run.slots import BIG_LOAD
 from .. import resources
+from ..waiting import queued
 from ..widgets import step_heatmap
 from . import section
 
@@ -73,7 +75,8 @@ def upload(ctx, *, key: str = "wt") -> None:
                              key=f"{key}.nh")
     if up is not None and st.button("Load this file", type="primary", key=f"{key}.load"):
         try:
-            ck = load_checkpoint(up.getvalue(), name=up.name, n_head=n_head or None)
+            with queued(BIG_LOAD, "big-model load"):  # one file read and built at a time on this server
+                ck = load_checkpoint(up.getvalue(), name=up.name, n_head=n_head or None)
         except ValueError as exc:
             st.error(f"**{up.name} was not loaded:** {exc}")
         else:
@@ -94,23 +97,29 @@ def hub(ctx, *, key: str = "wt") -> None:
         except ImportError:
             st.error("GPT-2 from the hub needs the `transformers` package: `pip install transformers`. "
                      "You can also upload GPT-2's model.safetensors above.")
-        else:
-            try:
-                with st.spinner("Downloading GPT-2 small…"):
-                    hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2")
-            except Exception as exc:  # noqa: BLE001 - offline, DNS, proxy, cache: all say the same to a user
-                st.error("GPT-2 could not be downloaded: the Hugging Face hub is not reachable from this machine "
-                         f"(offline?) and it is not in the local cache. ({type(exc).__name__})")
-            else:
-                from ...model.hf_gpt2 import from_hf_gpt2
-                from ...text.tokenizers import TiktokenTokenizer
+            return
+        try:
+            # one big load at a time on this server; built once, then every session that asks shares it
+            with queued(BIG_LOAD, "big-model load"), st.spinner("Loading GPT-2 small…"):
+                model_key = resources.hub_gpt2(lambda: _gpt2_from_hub(transformers))
+        except Exception as exc:  # noqa: BLE001 - offline, DNS, proxy, cache: all say the same to a user
+            st.error("GPT-2 could not be downloaded: the Hugging Face hub is not reachable from this machine "
+                     f"(offline?) and it is not in the local cache. ({type(exc).__name__})")
+            return
+        _use(ctx, model_key)
 
-                model = from_hf_gpt2(hf)
-                try:
-                    tok = TiktokenTokenizer("gpt2")
-                except ValueError:
-                    tok = None
-                _use(ctx, resources.register_model(model, tok, "GPT-2 small (Hugging Face)", {}))
+
+def _gpt2_from_hub(transformers):
+    """(GPT-2 small as a gptviz GPT, its tokenizer or None) from the hub or the local cache."""
+    from ...model.hf_gpt2 import from_hf_gpt2
+    from ...text.tokenizers import TiktokenTokenizer
+
+    model = from_hf_gpt2(transformers.GPT2LMHeadModel.from_pretrained("gpt2"))
+    try:
+        tok = TiktokenTokenizer("gpt2")
+    except ValueError:
+        tok = None
+    return model, tok
 
 
 @section("weights.download")

@@ -1,0 +1,115 @@
+"""A thread-safe cache bounded by bytes, not by entries: the least recently used entry is evicted first.
+
+A count of entries says nothing about memory when one trace is 20 kB and another 170 MB, or one model 3 MB and
+another 0.5 GB. Each entry's size is worked out once, when it is stored (``size_of``); an entry larger than the
+whole budget is returned to its caller but not kept. Values are shared by every caller: store only what no one
+changes (frozen traces, models in eval mode). Two callers missing the same key at once compute it once: the
+second waits for the first.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+
+def nbytes(value: Any) -> int:
+    """The bytes of the arrays and tensors ``value`` holds: a numpy array, a torch tensor or module, a mapping
+    or sequence of them, or an object with a ``__dict__`` of them (a Trace). Anything else counts 0."""
+    import torch
+
+    seen: set[int] = set()
+
+    def walk(v: Any) -> int:
+        if id(v) in seen:
+            return 0
+        seen.add(id(v))
+        if isinstance(v, np.ndarray):
+            return int(v.nbytes)
+        if isinstance(v, torch.Tensor):
+            return int(v.element_size() * v.nelement())
+        if isinstance(v, torch.nn.Module):
+            return sum(walk(t) for t in (*v.parameters(), *v.buffers()))
+        if isinstance(v, dict):
+            return sum(walk(x) for x in v.values())
+        if isinstance(v, (list, tuple)):
+            return sum(walk(x) for x in v)
+        if hasattr(v, "__dict__") and not isinstance(v, type):
+            return sum(walk(x) for x in vars(v).values())
+        return 0
+
+    return walk(value)
+
+
+class ByteLRU:
+    """``get_or_compute(key, compute)``: the cached value, or ``compute()`` stored under ``key`` while the total
+    stays under ``budget`` bytes, least recently used entries evicted to make room."""
+
+    def __init__(self, budget: int, name: str, size_of: Callable[[Any], int] = nbytes):
+        self.budget, self.name, self.size_of = int(budget), name, size_of
+        self._items: "OrderedDict[Hashable, tuple[Any, int]]" = OrderedDict()
+        self._total = 0
+        self._lock = threading.Lock()
+        self._building: dict[Hashable, threading.Event] = {}
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def keys(self) -> list:
+        """The keys kept, least recently used first."""
+        with self._lock:
+            return list(self._items)
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            if key not in self._items:
+                return default
+            self._items.move_to_end(key)
+            return self._items[key][0]
+
+    def put(self, key: Hashable, value: Any) -> bool:
+        """Store ``value``; False (and nothing stored or evicted) when it alone is over the budget."""
+        size = int(self.size_of(value))
+        with self._lock:
+            if key in self._items:
+                self._total -= self._items.pop(key)[1]
+            if size > self.budget:
+                return False
+            while self._items and self._total + size > self.budget:
+                _, (_, old) = self._items.popitem(last=False)
+                self._total -= old
+            self._items[key] = (value, size)
+            self._total += size
+            return True
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+                event = self._building.get(key)
+                if event is None:
+                    event = self._building[key] = threading.Event()
+                    mine = True
+                else:
+                    mine = False
+            if not mine:
+                event.wait()  # another caller is computing it: use theirs (or compute it, if theirs failed)
+                continue
+            try:
+                value = compute()
+                self.put(key, value)
+                return value
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+                event.set()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._total = 0
