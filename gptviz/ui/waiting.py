@@ -23,10 +23,13 @@ def place_text(slots: Slots, what: str, ahead: int) -> str:
 
 
 @contextmanager
-def queued(slots: Slots, what: str) -> Iterator[bool]:
-    """Hold a slot of ``slots`` for the ``with`` block, showing the place in the queue while waiting. Yields
-    whether it had to wait."""
-    box = st.empty()
-    with slots.hold(on_wait=lambda ahead: box.info(place_text(slots, what, ahead), icon="⏳")) as waited:
+def queued(slots: Slots, what: str, box=None) -> Iterator[bool]:
+    """Hold a slot of ``slots`` for the ``with`` block, showing the place in the queue while waiting (in ``box``,
+    an ``st.empty()`` placed where the user looks, else here). Yields whether it had to wait."""
+    box = box if box is not None else st.empty()
+    def show(ahead: int) -> None:
+        box.info(place_text(slots, what, ahead), icon=":material/hourglass_top:")
+
+    with slots.hold(on_wait=show) as waited:
         box.empty()
         yield waited

@@ -129,6 +129,7 @@ def train_task(ctx, *, key: str = "train", task_name: str = "sort") -> None:
     model = GPT(cfg)
     st.session_state[LIVE] = {"model": model, "hist": None, "task": task, "task_name": task_name}
     st.button("■ Stop", key=f"{key}.stop", help="Stops after the current step and keeps the model so far.")
+    wait_box = st.empty()  # the place in the queue, if the server's training slots are all taken
     bar = st.progress(0.0, text="Starting…")
     c1, c2 = st.columns([3, 1])
     chart = c1.empty()
@@ -147,7 +148,7 @@ def train_task(ctx, *, key: str = "train", task_name: str = "sort") -> None:
         else:
             acc_box.metric("Held-out loss", f"{hist.eval_loss[-1]:.3f}")
 
-    with queued(TRAINING, "training"):  # at most TRAINING.capacity runs train at once on this server
+    with queued(TRAINING, "training", wait_box):  # at most TRAINING.capacity runs train at once on this server
         model, hist = train(model, task, tc, on_progress=progress, copy_model=False)
     st.session_state.pop(LIVE, None)
     finish(ctx, model, hist, task, task_name)

@@ -71,6 +71,7 @@ def reverse(ctx, *, key: str = "train") -> None:
         task = ReverseTask()
         st.button("■ Stop", key=f"{key}.stop.reverse",
                   help="Stops training; the model is kept only when a run finishes.")
+        wait_box = st.empty()  # the place in the queue, if the server's training slots are all taken
         bar = st.progress(0.0, text="Starting…")
         c1, c2 = st.columns([3, 1])
         chart, acc_box = c1.empty(), c2.empty()
@@ -84,7 +85,7 @@ def reverse(ctx, *, key: str = "train") -> None:
                                width="stretch", key=f"{key}.reverse.live.{step}")
             acc_box.metric("Accuracy (held-out)", f"{hist['accuracy'][-1]:.1%}")
 
-        with queued(TRAINING, "training"):
+        with queued(TRAINING, "training", wait_box):
             model, hist = train_reverse(int(steps), int(batch_size), float(lr), int(seed), task, progress,
                                         n_head=int(n_head), n_embd=int(n_embd))
         example = task.example()
