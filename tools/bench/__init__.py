@@ -28,14 +28,25 @@ every figure is set against a baseline measured in the same run, because these m
    each ÷ the same figure for a one-chart Streamlit app measured in the same run (in turns with the pages).
    Page addresses are read from the app's sidebar navigation.
 
-``--quick`` runs fewer repeats (a smoke check). ``--only trace,pages,memory,training,browser`` picks parts;
-``--browser-only`` and ``--no-browser`` are shorthands. Exit status: 0 when every row met its goal, 1 when a
+6. **class** — simulated students over Streamlit's websocket protocol (``tools.load.run_class``) against one
+   ``streamlit run app.py`` started here and warmed as a teacher would (one student opens the page once): 60
+   students changing the Attention page every 5 s for 60 s (p95 change→finished ≤ 1 s, 0 errors, peak RSS ≤
+   2 GB); 30 students opening it at once (every first view ≤ 3 s); the largest class at p95 ≤ 1 s (30-s runs at
+   30, 45, 60, 75, 90 students until one goes over); 30 students of whom 5 start training (p95 ≤ 2 s). Each row
+   names its students, seconds, interval, page, model, warm or cold, and the CPU seconds of the server and of
+   the machine's other processes (its goals are absolute seconds, not ratios: no baseline). It takes 5-15
+   minutes (a trainer waits up to 10 minutes for its run), so it is **not** run by default: only with
+   ``--only class`` (or ``class`` in an ``--only`` list).
+
+``--quick`` runs fewer repeats (a smoke check; shorter class runs). ``--only trace,pages,memory,training,browser``
+(the default) picks parts, ``class`` among them when named; ``--browser-only`` and ``--no-browser`` are
+shorthands. Exit status: 0 when every row met its goal, 1 when a
 goal was missed, 2 when a row FAILED (an error, a fallback, the wrong model): its reason is printed.
 
 One module per job: ``report`` (goals, rows, the table), ``models`` (the model each row names, the texts it
 reads), ``engine`` (1), ``pages`` (2), ``memory`` (3), ``training`` (4), ``server``, ``browser_tab`` and
-``browser`` (5), ``cli`` (the command line). Importing the package imports neither Streamlit nor Playwright:
-only the functions that drive them do.
+``browser`` (5), ``classroom`` (6), ``cli`` (the command line). Importing the package imports neither
+Streamlit nor Playwright: only the functions that drive them do.
 """
 from tools.bench.cli import main
 

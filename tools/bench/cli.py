@@ -12,20 +12,25 @@ from typing import Callable
 import torch
 
 from tools.bench.browser import bench_browser
+from tools.bench.classroom import bench_class
 from tools.bench.engine import bench_trace
 from tools.bench.memory import bench_memory
 from tools.bench.pages import bench_pages
 from tools.bench.report import exit_status, failed, table
 from tools.bench.training import bench_training
 
-PARTS = "trace,pages,memory,training,browser"
+PARTS = "trace,pages,memory,training,browser"  # the default; "class" (5-15 minutes) runs only when named in --only
+ALL_PARTS = PARTS + ",class"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tools.bench",
                                 description="gptviz's benchmark (see the doc of tools/bench/__init__.py).")
     p.add_argument("--quick", action="store_true", help="fewer repeats (a smoke check)")
-    p.add_argument("--only", default=PARTS, help="comma-separated parts to run")
+    p.add_argument("--only", default=PARTS,
+                   help=f"comma-separated parts to run, of {ALL_PARTS} (default: {PARTS}; the class part, "
+                        "simulated students against a server started here, takes 5-15 minutes and runs only when "
+                        "asked for: --only class)")
     p.add_argument("--browser-only", action="store_true", help="only the browser rows")
     p.add_argument("--no-browser", action="store_true", help="everything but the browser rows")
     p.add_argument("--json", help="also write the rows as JSON here")
@@ -48,6 +53,7 @@ def main(argv=None) -> int:
         ("memory", bench_memory),
         ("training", lambda: bench_training(a.quick)),
         ("browser", lambda: bench_browser(a.quick)),
+        ("class", lambda: bench_class(a.quick)),
     ]
     for name, fn in steps:
         if name in parts:
