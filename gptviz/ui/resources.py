@@ -257,8 +257,9 @@ def _traced_small(*args) -> Trace:
 
 
 def _traced_big(*args) -> Trace:
-    if _TRACES.get(args) is not None:
-        return _TRACES.get(args)
+    cached = _TRACES.get(args)
+    if cached is not None:
+        return cached
     with st.spinner("Running the big model…"):
         return _TRACES.get_or_compute(args, lambda: _compute_trace(*args).freeze())
 
