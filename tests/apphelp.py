@@ -69,7 +69,7 @@ def metric(at: AppTest, label: str) -> float:
 def set_sidebar(at: AppTest, field: str, value) -> AppTest:
     """Change one shared setting through its sidebar widget, like a user would."""
     key = "w." + field
-    for getter in (at.number_input, at.selectbox, at.checkbox, at.text_area, at.slider):
+    for getter in (at.number_input, at.selectbox, at.checkbox, at.text_area, at.slider, at.toggle):
         try:
             w = getter(key=key)
         except KeyError:
@@ -79,6 +79,10 @@ def set_sidebar(at: AppTest, field: str, value) -> AppTest:
         else:
             w.set_value(value)
         return at.run()
+    if field != "edit_shape" and "w.edit_shape" in [w.key for w in at.toggle]:
+        if not at.toggle(key="w.edit_shape").value:  # the shape's widgets are drawn once this is on
+            at.toggle(key="w.edit_shape").set_value(True).run()
+            return set_sidebar(at, field, value)
     raise KeyError(field)
 
 

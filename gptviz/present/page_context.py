@@ -75,6 +75,7 @@ def defaults() -> dict[str, Any]:
         "layer": 0,
         "head": 0,
         "show_values": False,
+        "edit_shape": False,
         "step": 0,
         "untrained": False,
         "export_format": "png",

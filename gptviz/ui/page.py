@@ -131,7 +131,13 @@ def sidebar(s: dict) -> None:
     sb.selectbox("Model", options, key=pkey, on_change=_on_preset, args=(s,), format_func=preset_label,
                  help="Trained models first (they learned something), then shapes with fresh random weights.\n\n"
                       + "\n".join(f"- **{preset_label(k)}**: {v}" for k, v in PRESET_DESCRIPTIONS.items()))
-    with sb.expander("Shape", expanded=False):
+    _w("toggle", "edit_shape", "Edit the shape and architecture", s,
+       help="Layers, heads, widths, norm, positions, activation, biases, init and seed of the configurable model. "
+            "Off, the sidebar shows them in one line (and draws faster).")
+    if not s.get("edit_shape"):
+        sb.caption(shape_line(s))
+        return _view_settings(s)
+    with sb.expander("Shape", expanded=True):
         c = st.container()
         _w("number_input", "n_layer", "n_layer (layers)", s, c, **url_params.widget("n_layer"), step=1)
         _w("number_input", "n_head", "n_head (heads per layer)", s, c, **url_params.widget("n_head"), step=1)
@@ -140,7 +146,7 @@ def sidebar(s: dict) -> None:
         _w("number_input", "d_mlp", "d_mlp (0 = 4 × n_embd)", s, c, **url_params.widget("d_mlp"), step=1)
         _w("number_input", "block_size", "block_size (longest context)", s, c, **url_params.widget("block_size"),
            step=1)
-    with sb.expander("Architecture", expanded=False):
+    with sb.expander("Architecture", expanded=True):
         c = st.container()
         _w("selectbox", "norm", "Norm", s, c, **url_params.widget("norm"))
         _w("selectbox", "norm_placement", "Norm placement", s, c, **url_params.widget("norm_placement"),
@@ -157,7 +163,20 @@ def sidebar(s: dict) -> None:
         _w("number_input", "rope_base", "RoPE base (rotary positions)", s, c, **url_params.widget("rope_base"),
            step=1000.0)
         _w("number_input", "seed", "Seed", s, c, **url_params.widget("seed"), step=1)
+    _view_settings(s)
 
+
+def shape_line(s: dict) -> str:
+    """The configurable model's shape in one line, for the sidebar when its widgets are folded away."""
+    d_head = s["d_head"] or (s["n_embd"] // max(1, s["n_head"]))
+    parts = [f"{s['n_layer']} layers", f"{s['n_head']} heads of {d_head}", f"n_embd {s['n_embd']}",
+             f"{s['norm']} ({s['norm_placement']})", f"{s['pos_encoding']} positions",
+             "attention only" if s["attn_only"] else str(s["activation"]), f"seed {s['seed']}"]
+    return "Configurable model: " + " · ".join(parts)  # every value was checked against its options on reading
+
+
+def _view_settings(s: dict) -> None:
+    sb = st.sidebar
     sb.markdown("### View")
     _w("checkbox", "show_values", "Numbers in cells (small tensors)", s)
     _w("radio", "export_format", "Chart download (camera button)", s, options=list(EXPORT_FORMATS),

@@ -55,7 +55,8 @@ def test_reset_to_defaults():
     at.button[-1].click().run() if at.button[-1].label == "Reset to defaults" else None
     at = [b for b in at.button if b.label == "Reset to defaults"][0].click().run()
     ok(at)
-    assert at.number_input(key="w.n_layer").value == 2
+    assert at.session_state["gptviz.settings"]["n_layer"] == 2
+    assert any(c.value.startswith("Configurable model: 2 layers") for c in at.sidebar.caption)  # what the user reads
     assert not math.isnan(metric(at, "Loss on your text"))
 
 
@@ -106,3 +107,16 @@ def test_the_app_opens_on_the_trained_shakespeare_model_and_can_show_it_untraine
     assert f"{ck.model.num_params():,} parameters" in " ".join(c.value for c in at.sidebar.caption)
     assert metric(at, "Loss on your text") == pytest.approx(metric(at, "Uniform guess ln V"), abs=0.3)
     assert at.query_params["untrained"] == "True"
+
+
+def test_the_shape_widgets_are_drawn_on_demand():
+    """Folded by default (19 fewer widgets on every rerun, for every student), the shape reads as one line; the
+    toggle draws the widgets, seeded from the settings, and a change there rebuilds the model."""
+    at = ok(page("home", preset="default"))
+    assert not [w for w in at.number_input if w.key == "w.n_layer"]
+    line = [c.value for c in at.sidebar.caption if c.value.startswith("Configurable model:")]
+    assert line == ["Configurable model: 2 layers · 2 heads of 8 · n_embd 16 · layernorm (pre) · learned positions · "
+                    "gelu_tanh · seed 0"]
+    at = ok(set_sidebar(at, "edit_shape", True))
+    assert (at.number_input(key="w.n_layer").value, at.number_input(key="w.n_embd").value) == (2, 16)
+    assert at.selectbox(key="w.norm").value == "layernorm"

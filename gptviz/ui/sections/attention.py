@@ -331,7 +331,11 @@ def head_detector_grid(ctx, *, key: str = "det") -> None:
     c1.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),
                  format_func=lambda i: f"L{i // H} H{i % H}: {best_kind[i // H, i % H]} ({best[i // H, i % H]:.2f})")
     with c2.expander("How each kind is scored"):
-        for k in head_detector.KINDS:
-            st.markdown(f"- **{k}** head {head_detector.DESCRIPTIONS[k]} Score: {head_detector.HOW[k]}.")
-        st.markdown("Scores come from your text; **induction** and **duplicate** come from a probe: a run of 32 "
-                    "random tokens repeated twice (8 rows), since your text may repeat nothing.")
+        st.markdown(KINDS_LEGEND)
+
+
+# One element, not one per kind: every element is a message to the browser on every rerun.
+KINDS_LEGEND = "\n".join(f"- **{k}** head {head_detector.DESCRIPTIONS[k]} Score: {head_detector.HOW[k]}."
+                         for k in head_detector.KINDS) + (
+    "\n\nScores come from your text; **induction** and **duplicate** come from a probe: a run of 32 random tokens "
+    "repeated twice (8 rows), since your text may repeat nothing.")
