@@ -185,6 +185,32 @@ def test_gradient_reading_names_the_largest_entry_in_the_chosen_head():
     assert "Every entry is 0" in matrices.gradient_reading(info, np.zeros((1, 2, 3, 3)), toks)
 
 
+def test_a_finished_figure_sends_what_plotly_sends_for_the_fixed_margins_figure():
+    """``plot`` hands ``st.plotly_chart`` a ``FinishedFigure`` (no second Figure, no second deep copy). Streamlit
+    turns any figure into JSON through ``plotly.tools.return_figure_from_figure_or_data`` and ``plotly.io.to_json``:
+    on that path the finished figure must give exactly the JSON of Plotly's own figure with fixed margins, arrays
+    in base64 included, for a heatmap with hover text, a chart with a legend (left as it is) and a bar chart. The
+    figure it came from is left as it was."""
+    import plotly.tools
+
+    z = np.arange(12.0).reshape(3, 4) - 5
+    hover = np.array([[f"<b>q{i}</b> k{j}" for j in range(4)] for i in range(3)], dtype=object)
+    heat = figures.figure([dict(type="heatmap", z=z, hovertext=hover, hoverinfo="text")],
+                          dict(title=dict(text="<i>x</i>"), height=300, xaxis=dict(title=dict(text="key"),
+                               tickmode="array", tickvals=[0, 1, 2, 3], ticktext=["a", "<b>", "c", "a long label"])))
+    legend = figures.line_chart({"one": [1.0, 2.0], "two": [2.0, 1.0]}, x=[0, 1], title="two lines")
+    bars = figures.bar_chart(["p", "q"], [0.5, -1.5], title="bars")
+    for fig in (heat, legend, bars):
+        before = pio.to_json(fig, validate=False)
+        sent = plotly.tools.return_figure_from_figure_or_data(figures.finished(fig), validate_figure=True)
+        expected = figures.fixed_margins(fig).to_dict()  # Plotly's own path: a new figure, then its to_dict
+        assert json.loads(pio.to_json(sent, validate=False)) == json.loads(pio.to_json(expected, validate=False))
+        assert pio.to_json(fig, validate=False) == before
+    sent = figures.finished(heat).to_dict()
+    assert isinstance(sent["data"][0]["z"], dict) and "bdata" in sent["data"][0]["z"]  # as to_dict sends arrays
+    assert sent["layout"]["margin"]["autoexpand"] is False
+
+
 def test_fixed_margins_make_room_for_every_label_and_colour_bar():
     """Charts are drawn without Plotly's automatic margins (they cost the browser a second drawing): the
     margins worked out here must hold the widest tick label, the axis title and the colour bar."""

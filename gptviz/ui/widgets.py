@@ -284,7 +284,7 @@ def plot(ctx: Optional[Ctx], fig, key: str, **kw):
     if scale != 1.0:  # larger labels: as many row labels as fit the plot's height, never overlapping
         rows_px = (fig.layout.height or 450) - 170
         _thin_ticks(fig, int(18 / scale), max(4, int(rows_px / (14 * scale * 1.3))))
-    fig = figures.fixed_margins(fig)  # no automatic margins: they cost the browser a second drawing
+    fig = figures.finished(fig)  # fixed margins (automatic ones cost the browser a second drawing), sent as is
     fmt = str((getattr(ctx, "s", None) or {}).get("export_format", "png"))
     return st.plotly_chart(fig, width="stretch", key=key, config=export_config(fmt, key), **kw)
 

@@ -9,11 +9,12 @@ up, then times reruns after two kinds of change, each in turn:
 Each rerun's time is split, by timers wrapped around the functions that do the work (each part's *own* time:
 a part called inside another is taken out of the outer one), into: the trace (``resources.traced``), the
 head-detector probe and scores, the step matrices, building figures (``gptviz.present.figures``), finishing them
-(``fixed_margins``), Plotly's ``to_dict`` and ``to_json`` inside ``st.plotly_chart``, Streamlit's element id (a
-hash of the chart's JSON) and the rest of ``st.plotly_chart``, Streamlit's delta queue, the page set-up (sidebar,
-settings), and the rest of the script. "AppTest" is the time outside the script thread (the test harness: not
-paid by a real server). Medians over ``--runs`` reruns. ``--cprofile FILE`` also profiles the script thread
-(in separate reruns, as cProfile slows Python code down) and prints the functions with the most own time.
+(``finished``: fixed margins, one copy), Plotly's ``to_dict`` and ``to_json`` inside ``st.plotly_chart``,
+Streamlit's element id (a hash of the chart's JSON) and the rest of ``st.plotly_chart``, Streamlit's delta queue,
+the page set-up (sidebar, settings), and the rest of the script. "AppTest" is the time outside the script thread
+(the test harness: not paid by a real server). Medians over ``--runs`` reruns. ``--cprofile FILE`` also profiles
+the script thread (in separate reruns, as cProfile slows Python code down) and prints the functions with the most
+own time.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class Splits:
         for name in ("heatmap", "tiled_heatmap", "head_grid", "side_by_side", "token_grid", "bar_chart",
                      "line_chart"):
             self.wrap(figures, name, "figures: build")
-        for name in ("fixed_margins", "styled"):
+        for name in ("finished", "fixed_margins", "styled"):
             self.wrap(figures, name, "figures: finish")
         for owner, name in ((matrices, "step_matrix"), (widgets, "step_matrix"), (widgets, "_masked_cells")):
             self.wrap(owner, name, "matrices")

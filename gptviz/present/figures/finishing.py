@@ -48,12 +48,20 @@ def fixed_margins(fig: go.Figure, plot_width: int = 700) -> go.Figure:
     Charts with a legend are returned as they are (a legend's size is hard to guess). ``plot_width`` is the
     width assumed when deciding whether x labels will be turned on their side.
     """
-    lay = fig.layout.to_plotly_json() if hasattr(fig.layout, "to_plotly_json") else dict(fig.layout)
-    data = [t.to_plotly_json() if hasattr(t, "to_plotly_json") else dict(t) for t in fig.data]
+    spec = finish_spec(fig.to_plotly_json(), plot_width)
+    return fig if spec is None else figure(spec["data"], spec["layout"])
+
+
+def finish_spec(spec: dict, plot_width: int = 700) -> dict | None:
+    """``fixed_margins`` on a figure's plain dict (``fig.to_plotly_json()``): a new dict, or None for a chart with
+    a legend (left as it is). Only the dicts it changes are copied (shallowly): the traces' arrays are shared
+    with ``spec``, never written."""
+    lay = dict(spec.get("layout") or {})
+    data = [dict(t) for t in spec.get("data") or []]
     legends = sum(1 for t in data
                   if t.get("type") in ("scatter", "bar", "scattergl") and t.get("showlegend") is not False)
     if legends >= 2 or lay.get("showlegend"):
-        return fig
+        return None
     base = float((lay.get("font") or {}).get("size") or 12)
     m = dict(lay.get("margin") or {})
     need = {"l": 10.0, "r": 10.0, "t": float(m.get("t", 60)), "b": 10.0}
@@ -105,7 +113,32 @@ def fixed_margins(fig: go.Figure, plot_width: int = 700) -> go.Figure:
             t["colorbar"] = dict(t.get("colorbar") or {}, nticks=3)
     for key in axes:
         lay[key] = dict(lay.get(key) or {}, automargin=False)
-    return figure(data, lay)
+    return {"data": data, "layout": lay}
+
+
+class FinishedFigure(go.Figure):
+    """A finished figure's plain dict, handed to ``st.plotly_chart`` as it is.
+
+    ``st.plotly_chart`` calls a Plotly figure's ``to_dict`` (a deep copy of every array) and sends that as JSON.
+    A figure built again from the finished dict, only to be copied, cost a third of a page's server time under a
+    class's load; this one returns the dict it holds. It is built without Plotly's own set-up (nothing but
+    ``to_dict`` is ever asked of it) and is not meant for anything but drawing."""
+
+    def __init__(self, spec: dict):  # no super().__init__(): an empty figure's set-up costs ~1 ms
+        object.__setattr__(self, "_finished", spec)
+
+    def to_dict(self) -> dict:
+        return self._finished
+
+    def __repr__(self) -> str:
+        return f"FinishedFigure({len(self._finished.get('data', []))} traces)"
+
+
+def finished(fig: go.Figure, plot_width: int = 700) -> go.Figure:
+    """``fig`` with fixed margins, ready for ``st.plotly_chart``: one copy of its dicts. (Plotly 6 keeps a figure's
+    arrays in base64 from the moment it is built, so they are sent as its ``to_dict`` would send them.)"""
+    spec = fig.to_plotly_json()
+    return FinishedFigure(finish_spec(spec, plot_width) or spec)
 
 
 def styled(fig: go.Figure, font_scale: float = 1.0, height_scale: float = 1.0) -> go.Figure:
