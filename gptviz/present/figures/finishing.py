@@ -135,10 +135,33 @@ class FinishedFigure(go.Figure):
 
 
 def finished(fig: go.Figure, plot_width: int = 700) -> go.Figure:
-    """``fig`` with fixed margins, ready for ``st.plotly_chart``: one copy of its dicts. (Plotly 6 keeps a figure's
-    arrays in base64 from the moment it is built, so they are sent as its ``to_dict`` would send them.)"""
-    spec = fig.to_plotly_json()
+    """``fig`` with fixed margins, ready for ``st.plotly_chart``, without copying it: ``finish_spec`` copies only
+    the few dicts it changes, and the rest is read where the figure holds it (Plotly 6 keeps a figure's arrays in
+    base64 from the moment it is built, so they are sent as its ``to_dict`` would send them). ``fig`` is left as
+    it was."""
+    data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)  # Plotly's own (pinned) storage
+    if not (isinstance(data, list) and isinstance(layout, dict)):
+        return FinishedFigure(finish_spec(fig.to_plotly_json(), plot_width) or fig.to_plotly_json())
+    spec = _typed_arrays({"data": data, "layout": layout})
     return FinishedFigure(finish_spec(spec, plot_width) or spec)
+
+
+def _typed_arrays(node):
+    """``node`` with every array value of a dict written as Plotly.js's typed-array spec (base64), as
+    ``Figure.to_dict`` writes them (``convert_to_base64``), but into new dicts and lists, never into ``node``; a
+    list of plain values (hover text) is shared, not walked."""
+    from _plotly_utils.basevalidators import is_homogeneous_array
+    from _plotly_utils.utils import is_skipped_key, to_typed_array_spec
+
+    def walk(n):
+        if isinstance(n, dict):
+            return {k: v if is_skipped_key(k) else to_typed_array_spec(v) if is_homogeneous_array(v) else walk(v)
+                    for k, v in n.items()}
+        if isinstance(n, (list, tuple)) and n and isinstance(n[0], (dict, list, tuple)):
+            return [walk(v) for v in n]
+        return n
+
+    return walk(node)
 
 
 def styled(fig: go.Figure, font_scale: float = 1.0, height_scale: float = 1.0) -> go.Figure:
