@@ -7,7 +7,7 @@ every later row says "warm"). Then, on that one server process:
    goals p95 change→finished ≤ 1 s, 0 errors, peak server RSS ≤ 2048 MiB.
 2. **opening at once** — 30 students opening the Attention page at the same moment (ramp 0): goal every first
    view ≤ 3 s (p50 / p95 / max reported).
-3. **largest class** — short runs (30 s each) at 30, 45, 60, 75, 90 students until p95 goes over 1 s (or a run
+3. **largest class** — short runs (30 s each) at 30, 45, 60, 75, 90, 120, 150 students until p95 goes over 1 s (or a run
    fails); one row per run (no goal of its own: it says met or over) and one naming the largest class that
    met p95 ≤ 1 s (goal: at least 30).
 4. **trainers** — 30 students of whom 5 first press *Start training* (five training runs; the server may queue
@@ -38,7 +38,7 @@ PAGE = "Attention"
 STEADY = {"students": 60, "seconds": 60.0, "every": 5.0}
 OPENING = {"students": 30, "seconds": 0.0, "every": 5.0}
 TRAINERS = {"students": 30, "trainers": 5, "seconds": 60.0, "every": 5.0}
-SWEEP = (30, 45, 60, 75, 90)
+SWEEP = (30, 45, 60, 75, 90, 120, 150)
 SWEEP_SECONDS = 30.0
 QUICK_SECONDS = {"steady": 20.0, "sweep": 15.0, "trainers": 30.0}
 GOAL_P95_S, GOAL_RSS_MIB, GOAL_FIRST_VIEW_S, GOAL_TRAINERS_P95_S = 1.0, 2048.0, 3.0, 2.0
