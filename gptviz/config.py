@@ -14,7 +14,7 @@ from typing import Any, Optional
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu")
 
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
@@ -27,8 +27,15 @@ MAX_TABLE_BYTES = 1_000_000_000  # the position tables a model builds (sin/cos, 
 class ModelConfig:
     """The shape and choices of a GPT-style decoder.
 
-    ``d_head`` defaults to ``n_embd // n_head`` and ``d_mlp`` to ``4 * n_embd``; ``qkv_bias``
-    defaults to ``bias``. After construction all three hold concrete values.
+    ``d_head`` defaults to ``n_embd // n_head``, ``d_mlp`` to ``4 * n_embd``, ``n_kv_head`` to ``n_head`` and
+    ``qkv_bias`` to ``bias``. After construction all four hold concrete values.
+
+    The choices of later models, each off by default (GPT-2): ``n_kv_head`` below ``n_head`` is grouped-query
+    attention (each key/value head serves ``n_head / n_kv_head`` query heads: Llama, Qwen2, Mistral);
+    ``gated_mlp`` is a gated MLP, ``act(x W_gate) * (x W_in)`` then ``W_out`` (SwiGLU with ``activation="silu"``);
+    ``parallel_attn`` adds attention and the MLP to the stream side by side, each reading the block's input
+    through its own norm (GPT-NeoX, GPT-J); ``rotary_pct`` rotates only the first fraction of each head's
+    dimensions (Pythia: 0.25).
     """
 
     vocab_size: int = 64
@@ -57,6 +64,10 @@ class ModelConfig:
     enc_len: int = 8  # encoder positions: the fixed encoder output's length, or the longest source
     attn_proj_bias: Optional[bool] = None  # bias of attention's output projection; None = same as bias
     head_bias: bool = False  # bias on the output layer (lm_head)
+    n_kv_head: Optional[int] = None  # key/value heads (grouped-query attention); None = n_head
+    gated_mlp: bool = False  # act(x W_gate) * (x W_in), then W_out
+    parallel_attn: bool = False  # x + attn(ln1(x)) + mlp(ln2(x))
+    rotary_pct: float = 1.0  # the fraction of each head's dimensions that rotary positions turn
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -87,6 +98,13 @@ class ModelConfig:
             object.__setattr__(self, "d_head", self.n_embd // self.n_head)
         if self.d_mlp is None:
             object.__setattr__(self, "d_mlp", 4 * self.n_embd)
+        if self.n_kv_head is None:
+            object.__setattr__(self, "n_kv_head", self.n_head)
+        if isinstance(self.n_kv_head, bool) or not isinstance(self.n_kv_head, int) or self.n_kv_head < 1:
+            raise bad("n_kv_head", "must be a whole number of at least 1, or None (as many as n_head)")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head}: each key/value "
+                             "head serves the same number of query heads")
         choices = {
             "norm": NORMS,
             "norm_placement": NORM_PLACEMENTS,
@@ -96,7 +114,7 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, "must be one of " + ", ".join(repr(a) for a in allowed))
-        for name in ("bias", "tie_weights", "attn_only", "head_bias"):
+        for name in ("bias", "tie_weights", "attn_only", "head_bias", "gated_mlp", "parallel_attn"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be True or False")
         for name in ("n_enc_layer", "enc_len"):
@@ -114,7 +132,7 @@ class ModelConfig:
             object.__setattr__(self, "qkv_bias", self.bias)
         elif not isinstance(self.qkv_bias, bool):
             raise bad("qkv_bias", "must be True, False or None")
-        for name in ("dropout", "init_std", "ln_eps", "rope_base"):
+        for name in ("dropout", "init_std", "ln_eps", "rope_base", "rotary_pct"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise bad(name, "must be a finite number")
@@ -126,13 +144,22 @@ class ModelConfig:
             raise bad("ln_eps", "must be above 0")
         if self.rope_base <= 1:
             raise bad("rope_base", "must be above 1")
-        for name in ("dropout", "init_std", "ln_eps", "rope_base"):
+        if not 0.0 < self.rotary_pct <= 1.0:
+            raise bad("rotary_pct", "must be above 0 and at most 1")
+        for name in ("dropout", "init_std", "ln_eps", "rope_base", "rotary_pct"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.pos_encoding == "rope" and self.d_head % 2:
             raise ValueError(
                 f"d_head={self.d_head} must be even when pos_encoding='rope': "
                 "rotary embeddings turn pairs of dimensions"
             )
+        if self.pos_encoding == "rope" and (self.d_rot % 2 or self.d_rot < 2):
+            raise ValueError(f"rotary_pct={self.rotary_pct} of d_head={self.d_head} turns {self.d_rot} dimension(s): "
+                             "rotary embeddings turn pairs, so it must come to an even number, at least 2")
+        if self.parallel_attn and (self.norm_placement != "pre" or self.attn_only or self.n_enc_layer >= 0):
+            raise bad("parallel_attn", "needs a decoder-only model with pre-norm blocks that have an MLP")
+        if (self.gated_mlp or self.n_kv_head != self.n_head) and self.n_enc_layer >= 0:
+            raise ValueError("gated_mlp and n_kv_head are for decoder-only models (n_enc_layer=-1)")
 
     # ----------------------------------------------------------------- derived sizes
     @property
@@ -140,14 +167,26 @@ class ModelConfig:
         """Attention's inner width: all heads side by side."""
         return self.n_head * self.d_head
 
+    @property
+    def d_kv(self) -> int:
+        """The keys' (and the values') width: all key/value heads side by side (``d_attn`` without grouping)."""
+        return self.n_kv_head * self.d_head
+
+    @property
+    def d_rot(self) -> int:
+        """How many of each head's dimensions rotary positions turn (``d_head`` unless ``rotary_pct`` < 1)."""
+        return int(self.d_head * self.rotary_pct)
+
     def num_params(self) -> int:
         """Parameter count, computed from the shape alone (nothing is allocated)."""
         C, V, L = self.n_embd, self.vocab_size, self.n_layer
         lin = lambda i, o, b: i * o + (o if b else 0)
         norm = C + (C if self.bias else 0)
-        per_block = norm + lin(C, 3 * self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias)
+        per_block = (norm + lin(C, self.d_attn + 2 * self.d_kv, self.qkv_bias)
+                     + lin(self.d_attn, C, self.attn_proj_bias))
         if not self.attn_only:
-            per_block += norm + lin(C, self.d_mlp, self.bias) + lin(self.d_mlp, C, self.bias)
+            per_block += norm + lin(C, self.d_mlp, self.bias) * (2 if self.gated_mlp else 1) + lin(self.d_mlp, C,
+                                                                                                   self.bias)
         total = V * C + L * per_block + (V if self.head_bias else 0)
         if self.n_enc_layer >= 0:  # each decoder block also has a norm and cross-attention (q, k, v, o)
             total += L * (norm + 3 * lin(C, self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias))
@@ -168,9 +207,10 @@ class ModelConfig:
         per_layer = (
             B * T * (12 * C + 2)  # residuals, norms, outputs
             + B * T * 3 * self.d_attn * 2  # qkv and q/k/v (+ rotated)
+            + (B * T * 2 * self.d_attn if self.n_kv_head != self.n_head else 0)  # keys and values repeated
             + B * self.n_head * T * T * 4  # four score/pattern tensors
             + B * T * self.d_attn  # z
-            + (0 if self.attn_only else B * T * self.d_mlp * 2)  # mlp pre and post
+            + (0 if self.attn_only else B * T * self.d_mlp * (3 if self.gated_mlp else 2))  # mlp pre (linear), post
         )
         total = self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * 2 + T * T  # + the causal mask
         if self.n_enc_layer >= 0:
@@ -197,7 +237,7 @@ class ModelConfig:
         if self.pos_encoding == "sinusoidal":
             return 24 * self.n_pos * self.n_embd  # float64 table, angles, sin and cos; the float32 copy
         if self.pos_encoding == "rope":
-            return 28 * self.n_pos * (self.d_head // 2)  # float64 angles and positions; float32 angles, cos, sin
+            return 28 * self.n_pos * (self.d_rot // 2)  # float64 angles and positions; float32 angles, cos, sin
         return 0
 
     def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False) -> None:
@@ -246,7 +286,7 @@ class ModelConfig:
         """A copy with some fields changed; derived defaults are worked out again unless given."""
         data = self.to_dict()
         for derived, source in (("d_head", ("n_embd", "n_head")), ("d_mlp", ("n_embd",)), ("qkv_bias", ("bias",)),
-                                 ("attn_proj_bias", ("bias",))):
+                                 ("attn_proj_bias", ("bias",)), ("n_kv_head", ("n_head",))):
             if derived not in changes and any(s in changes for s in source):
                 data[derived] = None
         data.update(changes)

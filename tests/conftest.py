@@ -26,6 +26,14 @@ CONFIGS = {
     "rope-post-ln": ModelConfig(
         vocab_size=20, block_size=8, n_layer=1, n_head=1, n_embd=6, norm_placement="post", pos_encoding="rope",
         dropout=0.1),
+    # Llama / Qwen2's choices: grouped-query attention (2 key/value heads for 4 query heads), a gated MLP (SwiGLU)
+    "gqa-swiglu": ModelConfig(
+        vocab_size=20, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16, d_mlp=24, norm="rmsnorm",
+        pos_encoding="rope", activation="silu", gated_mlp=True, bias=False, qkv_bias=True, tie_weights=False),
+    # GPT-NeoX (Pythia): attention and MLP side by side, rotary positions on a quarter of each head
+    "neox-parallel": ModelConfig(
+        vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=16, pos_encoding="rope", rotary_pct=0.25,
+        parallel_attn=True, activation="gelu", tie_weights=False),
 }
 
 

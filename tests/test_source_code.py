@@ -56,7 +56,7 @@ def test_every_shown_line_is_in_the_source_and_every_shape_comment_is_true(name)
         encoder = step.startswith(("enc_blocks.", "hook_enc_", "enc_ln_final."))
         t = enc_len if encoder else T
         s = enc_len if encoder or ".cross_attn." in step else t
-        env = {"B": B, "T": t, "S": s, "C": cfg.n_embd, "nh": cfg.n_head, "hs": cfg.d_head,
+        env = {"B": B, "T": t, "S": s, "C": cfg.n_embd, "nh": cfg.n_head, "nkv": cfg.n_kv_head, "hs": cfg.d_head,
                "V": cfg.vocab_size, "d_mlp": cfg.d_mlp}
         assert evaluate(shape_comment(anchor_line(step, cfg)), env) == tr.shape(step), (step, anchor_line(step, cfg))
         checked += 1

@@ -22,8 +22,10 @@ def expected_names(c: ModelConfig, targets: bool) -> list[str]:
         attn = [b + "attn.hook_qkv", b + "attn.hook_q", b + "attn.hook_k", b + "attn.hook_v"]
         if c.pos_encoding == "rope":
             attn += [b + "attn.hook_rot_q", b + "attn.hook_rot_k"]
+        if c.n_kv_head != c.n_head:  # grouped-query attention: keys and values repeated to the query heads
+            attn += [b + "attn.hook_k_rep", b + "attn.hook_v_rep"]
         attn += [b + f"attn.hook_{n}" for n in ("scores_raw", "scores_scaled", "attn_scores", "pattern", "z")]
-        mlp = [b + "mlp.hook_pre", b + "mlp.hook_post"]
+        mlp = [b + "mlp.hook_pre"] + ([b + "mlp.hook_pre_linear"] if c.gated_mlp else []) + [b + "mlp.hook_post"]
         names.append(b + "hook_resid_pre")
         if c.norm_placement == "pre":
             names += norm(b + "ln1") + attn + [b + "hook_attn_out", b + "hook_resid_mid"]
@@ -41,13 +43,15 @@ def expected_names(c: ModelConfig, targets: bool) -> list[str]:
 
 def expected_shape(name: str, c: ModelConfig, B: int, T: int) -> tuple:
     leaf = name.rsplit(".", 1)[-1]
-    if leaf in ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z"):
+    if leaf in ("hook_k", "hook_v", "hook_rot_k"):
+        return (B, T, c.n_kv_head, c.d_head)
+    if leaf in ("hook_q", "hook_rot_q", "hook_z", "hook_k_rep", "hook_v_rep"):
         return (B, T, c.n_head, c.d_head)
     if leaf in ("hook_scores_raw", "hook_scores_scaled", "hook_attn_scores", "hook_pattern"):
         return (B, c.n_head, T, T)
     if leaf == "hook_qkv":
-        return (B, T, 3 * c.n_head * c.d_head)
-    if leaf in ("hook_pre", "hook_post"):
+        return (B, T, (c.n_head + 2 * c.n_kv_head) * c.d_head)
+    if leaf in ("hook_pre", "hook_pre_linear", "hook_post"):
         return (B, T, c.d_mlp)
     if leaf == "hook_scale":
         return (B, T, 1)
@@ -156,7 +160,10 @@ def test_attention_equals_scaled_dot_product_attention(cfg, model):
         q = tr[a + ("hook_rot_q" if rot else "hook_q")].transpose(1, 2)
         k = tr[a + ("hook_rot_k" if rot else "hook_k")].transpose(1, 2)
         v = tr[a + "hook_v"].transpose(1, 2)
-        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        gqa = cfg.n_kv_head != cfg.n_head  # keys and values of (B, nkv, S, hs): torch's own grouped-query attention
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
+        if gqa:
+            k = k.repeat_interleave(cfg.n_head // cfg.n_kv_head, dim=1)
         assert torch.allclose(tr[a + "hook_z"], ref, atol=1e-6)
         scores = q @ k.transpose(-2, -1) / math.sqrt(cfg.d_head)
         assert torch.allclose(tr[a + "hook_scores_scaled"], scores, atol=1e-6)
@@ -216,7 +223,9 @@ def test_mlp_activation(cfg, model):
     h = tr["blocks.0.mlp.hook_pre"]
     ref = {"gelu": lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2))),
            "gelu_tanh": lambda h: 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3))),
-           "relu": lambda h: h.clamp(min=0)}[cfg.activation](h)
+           "relu": lambda h: h.clamp(min=0), "silu": lambda h: h * torch.sigmoid(h)}[cfg.activation](h)
+    if cfg.gated_mlp:  # the activated gate times the other projection
+        ref = ref * tr["blocks.0.mlp.hook_pre_linear"]
     assert torch.allclose(tr["blocks.0.mlp.hook_post"], ref, atol=1e-6)
 
 
@@ -415,7 +424,8 @@ def plain_forward(m: GPT, idx: torch.Tensor) -> torch.Tensor:
     """The model's logits without dropout, written out with plain torch ops on its weights (no gptviz code)."""
     c, w = m.config, m.state_dict()
     B, T = idx.shape
-    C, nh, hs = c.n_embd, c.n_head, c.d_head
+    C, nh, hs, nkv = c.n_embd, c.n_head, c.d_head, c.n_kv_head
+    r = int(hs * c.rotary_pct)  # the dimensions rotary positions turn
     t = torch.arange(T, dtype=torch.float64)[:, None]
 
     def norm(x, p):
@@ -428,27 +438,30 @@ def plain_forward(m: GPT, idx: torch.Tensor) -> torch.Tensor:
         x = x @ w[p + ".weight"].T
         return x + w[p + ".bias"] if p + ".bias" in w else x
 
-    def rope(x):  # (B, T, nh, hs): pair i with i + hs/2, turned by t * base^(-2i/hs)
-        ang = (t * c.rope_base ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)).float()[None, :, None, :]
-        a, b = x[..., : hs // 2], x[..., hs // 2:]
-        return torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1)
+    def rope(x):  # (B, T, heads, hs): in the first r dims, pair i with i + r/2, turned by t * base^(-2i/r)
+        ang = (t * c.rope_base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)).float()[None, :, None, :]
+        a, b, rest = x[..., : r // 2], x[..., r // 2: r], x[..., r:]
+        return torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin(), rest], -1)
 
     def attn(x, p):
-        q, k, v = linear(x, p + ".c_attn").split(nh * hs, dim=-1)
-        q, k, v = (u.reshape(B, T, nh, hs) for u in (q, k, v))
+        q, k, v = linear(x, p + ".c_attn").split([nh * hs, nkv * hs, nkv * hs], dim=-1)
+        q, k, v = q.reshape(B, T, nh, hs), k.reshape(B, T, nkv, hs), v.reshape(B, T, nkv, hs)
         if c.pos_encoding == "rope":
             q, k = rope(q), rope(k)
+        group = torch.arange(nh) // (nh // nkv)  # the key/value head each query head reads
+        k, v = k[:, :, group], v[:, :, group]
         s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hs)
         s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
         z = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v)
         return linear(z.reshape(B, T, nh * hs), p + ".c_proj")
 
     def mlp(x, p):
-        h = linear(x, p + ".c_fc")
-        h = {"gelu": lambda u: 0.5 * u * (1 + torch.erf(u / math.sqrt(2))),
-             "gelu_tanh": lambda u: 0.5 * u * (1 + torch.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3))),
-             "relu": lambda u: u.clamp(min=0)}[c.activation](h)
-        return linear(h, p + ".c_proj")
+        act = {"gelu": lambda u: 0.5 * u * (1 + torch.erf(u / math.sqrt(2))),
+               "gelu_tanh": lambda u: 0.5 * u * (1 + torch.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3))),
+               "relu": lambda u: u.clamp(min=0), "silu": lambda u: u / (1 + torch.exp(-u))}[c.activation]
+        if c.gated_mlp:  # act(x W_gate) * (x W_in)
+            return linear(act(linear(x, p + ".c_gate")) * linear(x, p + ".c_fc"), p + ".c_proj")
+        return linear(act(linear(x, p + ".c_fc")), p + ".c_proj")
 
     x = w["transformer.wte.weight"][idx]
     if c.pos_encoding == "learned":
@@ -459,7 +472,9 @@ def plain_forward(m: GPT, idx: torch.Tensor) -> torch.Tensor:
         x = x + pe.float()
     for layer in range(c.n_layer):
         p = f"transformer.h.{layer}"
-        if c.norm_placement == "pre":
+        if c.parallel_attn:  # both read the block's input
+            x = x + attn(norm(x, p + ".ln_1"), p + ".attn") + mlp(norm(x, p + ".ln_2"), p + ".mlp")
+        elif c.norm_placement == "pre":
             x = x + attn(norm(x, p + ".ln_1"), p + ".attn")
             x = x + mlp(norm(x, p + ".ln_2"), p + ".mlp")
         else:

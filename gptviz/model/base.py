@@ -63,7 +63,7 @@ class TransformerBase(nn.Module):
         if config.pos_encoding == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(n_pos, config.n_embd), persistent=False)
         if config.pos_encoding == "rope":
-            ang = rope_angles(n_pos, config.d_head, config.rope_base)
+            ang = rope_angles(n_pos, config.d_rot, config.rope_base)  # (n_pos, d_rot/2): the dimensions turned
             self.register_buffer("rope_cos", ang.cos(), persistent=False)
             self.register_buffer("rope_sin", ang.sin(), persistent=False)
         self.reset_parameters(config.seed)
@@ -153,7 +153,7 @@ class TransformerBase(nn.Module):
         return None
 
     def rope_tables(self, T: int):
-        """``(cos, sin)``, each (T, hs/2), for rotary positions; None for any other kind."""
+        """``(cos, sin)``, each (T, d_rot/2), for rotary positions; None for any other kind."""
         return (self.rope_cos[:T], self.rope_sin[:T]) if self.config.pos_encoding == "rope" else None
 
     @staticmethod

@@ -21,27 +21,33 @@ class CausalSelfAttention(HeadsAttention):
 
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__(config, f"blocks.{layer}.attn.", rope=config.pos_encoding == "rope", fused_qkv=True,
-                         declare_rot=True)
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.d_attn, bias=config.qkv_bias)
+                         declare_rot=True, grouped=True)
+        self.d_kv = config.d_kv
+        self.c_attn = nn.Linear(config.n_embd, config.d_attn + 2 * config.d_kv, bias=config.qkv_bias)
         self.c_proj = nn.Linear(config.d_attn, config.n_embd, bias=config.attn_proj_bias)
 
     def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
         # mask: (allowed (1|B, 1, T, T) keys each query may see, dead query rows that see none or None)
         B, T, _ = x.shape
-        qkv = self.hook_qkv(self.c_attn(x), rec)  # (B, T, 3*nh*hs)
-        q, k, v = qkv.split(self.d_attn, dim=2)
+        qkv = self.hook_qkv(self.c_attn(x), rec)  # (B, T, nh*hs + 2*nkv*hs)
+        q, k, v = qkv.split([self.d_attn, self.d_kv, self.d_kv], dim=2)
         z = self.attend(q, k, v, mask, rope_cs, rec, train)  # (B, T, nh, hs)
         return self.c_proj(z.reshape(B, T, self.d_attn))  # (B, T, C)
 
 
 class Block(nn.Module):
-    """One GPT layer: causal self-attention and the MLP, each with its residual connection and norm."""
+    """One GPT layer: causal self-attention and the MLP, each with its residual connection and norm.
+
+    Parallel (``config.parallel_attn``, GPT-NeoX): both read the block's input, each through its own norm, and
+    both outputs are added to it; ``hook_resid_mid`` is then the input plus attention's output, a partial sum
+    nothing reads (so a residual view still adds up: resid_post = resid_mid + mlp_out)."""
 
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
         self.dropout = config.dropout
         self.attn_only = config.attn_only
+        self.parallel = config.parallel_attn
         self.ln_1 = Norm(config, f"blocks.{layer}.ln1")
         self.attn = CausalSelfAttention(config, layer)
         if not self.attn_only:  # an attention-only block has no second norm and no MLP
@@ -55,6 +61,8 @@ class Block(nn.Module):
         self.hook_resid_post = HookPoint(p + "hook_resid_post")  # (B, T, C)
 
     def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
+        if self.parallel:
+            return self.forward_parallel(x, mask, rope_cs, rec, train)
         x = self.hook_resid_pre(x, rec)  # (B, T, C)
         x = sublayer(self, x, lambda h: self.attn(h, mask, rope_cs, rec, train), self.ln_1,
                      self.hook_attn_out,  # (B, T, C)
@@ -66,6 +74,16 @@ class Block(nn.Module):
                         self.hook_mlp_out,  # (B, T, C)
                         self.hook_resid_post,  # (B, T, C)
                         rec, train)
+
+    def forward_parallel(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
+        """GPT-NeoX's block: attention and the MLP both read the block's input ``x``, each through its own norm."""
+        x = self.hook_resid_pre(x, rec)  # (B, T, C)
+        a = train_dropout(self.attn(self.ln_1(x, rec), mask, rope_cs, rec, train), self.dropout, train)
+        a = self.hook_attn_out(a, rec)  # (B, T, C)
+        mid = self.hook_resid_mid(x + a, rec)  # (B, T, C)
+        m = train_dropout(self.mlp(self.ln_2(x, rec), rec), self.dropout, train)
+        m = self.hook_mlp_out(m, rec)  # (B, T, C)
+        return self.hook_resid_post(mid + m, rec)  # (B, T, C)
 
 
 class GPT(TransformerBase):

@@ -30,10 +30,10 @@ GLOBAL_STEPS = ("embed", "pos_embed", "logits", "probs", "loss_per_token", "loss
 # One block's residual stream and its sublayers' outputs: "blocks.{layer}.hook_" + step.
 BLOCK_STEPS = ("resid_pre", "attn_out", "resid_mid", "cross_out", "resid_cross", "mlp_out", "resid_post")
 # The steps inside one attention, in the order they are computed.
-ATTENTION_STEPS = ("qkv", "q", "k", "v", "rot_q", "rot_k", "scores_raw", "scores_scaled", "attn_scores",
-                   "pattern", "z")
-CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS if s not in ("qkv", "rot_q", "rot_k"))
-MLP_STEPS = ("pre", "post")
+ATTENTION_STEPS = ("qkv", "q", "k", "v", "rot_q", "rot_k", "k_rep", "v_rep", "scores_raw", "scores_scaled",
+                   "attn_scores", "pattern", "z")
+CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS if s not in ("qkv", "rot_q", "rot_k", "k_rep", "v_rep"))
+MLP_STEPS = ("pre", "pre_linear", "post")
 NORM_STEPS = ("scale", "normalized", "out")
 ATTENTIONS = ("attn", "cross_attn")
 BLOCK_NORMS = ("ln1", "ln2", "ln_cross")
@@ -133,7 +133,8 @@ def parse_act_name(name: str) -> Place:
 # --------------------------------------------------------------------------- what a config records
 def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[str, ...]:
     """The steps one attention of a model with config ``cfg`` records, in order: GPT's self-attention has one
-    ``qkv`` projection, an encoder-decoder model's attentions separate ones; only self-attention rotates (RoPE)."""
+    ``qkv`` projection, an encoder-decoder model's attentions separate ones; only self-attention rotates (RoPE),
+    and only grouped-query attention (fewer key/value heads than query heads) repeats keys and values."""
     if part not in ATTENTIONS:
         raise ValueError(f"no attention {part!r}: the attentions are {', '.join(ATTENTIONS)}")
     if part == "cross_attn" and (encoder or cfg.n_enc_layer < 0):
@@ -145,7 +146,14 @@ def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[
     skip = {"rot_q", "rot_k"} if cfg.pos_encoding != "rope" else set()
     if cfg.n_enc_layer >= 0:
         skip.add("qkv")
+    if getattr(cfg, "n_kv_head", cfg.n_head) == cfg.n_head:
+        skip |= {"k_rep", "v_rep"}
     return tuple(s for s in ATTENTION_STEPS if s not in skip)
+
+
+def mlp_steps(cfg) -> tuple[str, ...]:
+    """The steps one MLP of a model with config ``cfg`` records, in order (``pre_linear`` only when it is gated)."""
+    return MLP_STEPS if getattr(cfg, "gated_mlp", False) else tuple(s for s in MLP_STEPS if s != "pre_linear")
 
 
 def _block_act_names(cfg, layer: int, encoder: bool) -> list[str]:
@@ -158,7 +166,7 @@ def _block_act_names(cfg, layer: int, encoder: bool) -> list[str]:
         sublayers.append(("ln_cross", [name(s, "cross_attn") for s in CROSS_ATTENTION_STEPS],
                           "cross_out", "resid_cross"))
     if not cfg.attn_only:
-        sublayers.append(("ln2", [name(s, "mlp") for s in MLP_STEPS], "mlp_out", "resid_post"))
+        sublayers.append(("ln2", [name(s, "mlp") for s in mlp_steps(cfg)], "mlp_out", "resid_post"))
     for norm, inner, sub_out, resid in sublayers:
         norm_names = [name(s, norm) for s in NORM_STEPS]
         out += (norm_names + inner + [name(sub_out)]) if pre else (inner + [name(sub_out)] + norm_names)

@@ -38,10 +38,15 @@ def rope_angles(n_pos: int, d_head: int, base: float = 10000.0) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[i], x[i + d/2]) by angle θ[t, i] (the GPT-NeoX / Hugging Face LLaMA layout).
+    """Rotate pairs (x[i], x[i + r/2]) by angle θ[t, i] (the GPT-NeoX / Hugging Face LLaMA layout), where r, twice
+    the tables' width, is the number of dimensions turned: the first r of each head (all of them unless the model
+    turns only a fraction, ``rotary_pct``); the rest pass through.
 
-    x: (B, T, nh, hs); cos, sin: (T, hs/2).
+    x: (B, T, nh, hs); cos, sin: (T, r/2).
     """
+    rot = 2 * cos.shape[-1]
+    if rot < x.shape[-1]:  # partial rotary (Pythia): turn the first rot dimensions, keep the others
+        return torch.cat([apply_rope(x[..., :rot], cos, sin), x[..., rot:]], dim=-1)
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -88,23 +93,30 @@ class HeadsAttention(nn.Module):
 
     ``rope``: rotate queries and keys. ``fused_qkv``: declare ``hook_qkv`` (GPT's one projection to q, k and v,
     hooked by the subclass). ``declare_rot``: declare ``hook_rot_q`` and ``hook_rot_k`` (GPT has them whatever
-    its positions; the encoder-decoder model only where it rotates).
+    its positions; the encoder-decoder model only where it rotates). ``grouped``: keys and values have
+    ``config.n_kv_head`` heads (grouped-query attention), each repeated for the query heads it serves, a step of
+    its own (``hook_k_rep``, ``hook_v_rep``) when there are fewer key/value heads than query heads.
     """
 
-    def __init__(self, config: ModelConfig, prefix: str, *, rope: bool, fused_qkv: bool, declare_rot: bool):
+    def __init__(self, config: ModelConfig, prefix: str, *, rope: bool, fused_qkv: bool, declare_rot: bool,
+                 grouped: bool = False):
         super().__init__()
         self.n_head, self.d_head = config.n_head, config.d_head
+        self.n_kv_head = config.n_kv_head if grouped else config.n_head
         self.d_attn = config.d_attn
         self.rope = rope
         self.dropout = config.dropout
         if fused_qkv:
             self.hook_qkv = HookPoint(prefix + "hook_qkv")  # (B, T, 3*nh*hs)
         self.hook_q = HookPoint(prefix + "hook_q")  # (B, T, nh, hs)
-        self.hook_k = HookPoint(prefix + "hook_k")  # (B, S, nh, hs)
-        self.hook_v = HookPoint(prefix + "hook_v")  # (B, S, nh, hs)
+        self.hook_k = HookPoint(prefix + "hook_k")  # (B, S, nkv, hs)
+        self.hook_v = HookPoint(prefix + "hook_v")  # (B, S, nkv, hs)
         if declare_rot:
             self.hook_rot_q = HookPoint(prefix + "hook_rot_q")  # (B, T, nh, hs)
-            self.hook_rot_k = HookPoint(prefix + "hook_rot_k")  # (B, S, nh, hs)
+            self.hook_rot_k = HookPoint(prefix + "hook_rot_k")  # (B, S, nkv, hs)
+        if self.n_kv_head != self.n_head:
+            self.hook_k_rep = HookPoint(prefix + "hook_k_rep")  # (B, S, nh, hs)
+            self.hook_v_rep = HookPoint(prefix + "hook_v_rep")  # (B, S, nh, hs)
         self.hook_scores_raw = HookPoint(prefix + "hook_scores_raw")  # (B, nh, T, S)
         self.hook_scores_scaled = HookPoint(prefix + "hook_scores_scaled")  # (B, nh, T, S)
         self.hook_attn_scores = HookPoint(prefix + "hook_attn_scores")  # (B, nh, T, S)
@@ -112,20 +124,23 @@ class HeadsAttention(nn.Module):
         self.hook_z = HookPoint(prefix + "hook_z")  # (B, T, nh, hs)
 
     def attend(self, q, k, v, mask, rope_cs, rec: Recorder = None, train: bool = False):
-        """q: (B, T, nh*hs); k, v: (B, S, nh*hs)  ->  z: (B, T, nh, hs).
+        """q: (B, T, nh*hs); k, v: (B, S, nkv*hs)  ->  z: (B, T, nh, hs).
 
         mask = (allowed, dead): allowed (1|B, 1, 1|T, S), the keys each query may see; dead, the query rows
         that may see none, or None."""
         allowed, dead = mask
         B, T, S = q.shape[0], q.shape[1], k.shape[1]
-        nh, hs = self.n_head, self.d_head
+        nh, nkv, hs = self.n_head, self.n_kv_head, self.d_head
         q = self.hook_q(q.view(B, T, nh, hs), rec)  # (B, T, nh, hs)
-        k = self.hook_k(k.view(B, S, nh, hs), rec)  # (B, S, nh, hs)
-        v = self.hook_v(v.view(B, S, nh, hs), rec)  # (B, S, nh, hs)
+        k = self.hook_k(k.view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
+        v = self.hook_v(v.view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
         if self.rope:
             cos, sin = rope_cs
             q = self.hook_rot_q(apply_rope(q, cos, sin), rec)  # (B, T, nh, hs)
-            k = self.hook_rot_k(apply_rope(k, cos, sin), rec)  # (B, S, nh, hs)
+            k = self.hook_rot_k(apply_rope(k, cos, sin), rec)  # (B, S, nkv, hs)
+        if nkv != nh:  # grouped-query attention: query head h reads key/value head h // (nh / nkv)
+            k = self.hook_k_rep(k.repeat_interleave(nh // nkv, dim=2), rec)  # (B, S, nh, hs)
+            v = self.hook_v_rep(v.repeat_interleave(nh // nkv, dim=2), rec)  # (B, S, nh, hs)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T|S, hs)
         att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, S)
         att = self.hook_scores_scaled(att / math.sqrt(hs), rec)  # (B, nh, T, S)
@@ -140,29 +155,47 @@ class HeadsAttention(nn.Module):
         return self.hook_z((att @ v).transpose(1, 2), rec)  # (B, T, nh, hs)
 
 
+def activate(h: torch.Tensor, activation: str) -> torch.Tensor:
+    """The MLP's activation function, by its config name."""
+    if activation == "gelu":
+        return F.gelu(h)
+    if activation == "gelu_tanh":
+        return F.gelu(h, approximate="tanh")
+    if activation == "tanh":
+        return torch.tanh(h)
+    if activation == "silu":
+        return F.silu(h)
+    return F.relu(h)
+
+
 class MLP(nn.Module):
-    """The feed-forward sublayer: C -> d_mlp, the activation, d_mlp -> C; hooked before and after the activation."""
+    """The feed-forward sublayer: C -> d_mlp, the activation, d_mlp -> C; hooked before and after the activation.
+
+    Gated (``config.gated_mlp``, Llama's SwiGLU): two projections C -> d_mlp, the gate ``c_gate`` (through the
+    activation) and ``c_fc``, multiplied, then d_mlp -> C. Hooked as in TransformerLens: ``hook_pre`` the gate
+    before the activation, ``hook_pre_linear`` the other projection, ``hook_post`` their product."""
 
     def __init__(self, config: ModelConfig, layer: int, prefix: Optional[str] = None):
         super().__init__()
         p = prefix or f"blocks.{layer}.mlp"
         self.activation = config.activation
+        self.gated = config.gated_mlp
+        if self.gated:
+            self.c_gate = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
+            self.hook_pre_linear = HookPoint(f"{p}.hook_pre_linear")  # (B, T, d_mlp)
         self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
         self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
         self.hook_pre = HookPoint(f"{p}.hook_pre")  # (B, T, d_mlp)
         self.hook_post = HookPoint(f"{p}.hook_post")  # (B, T, d_mlp)
 
     def forward(self, x, rec: Recorder = None):
+        if self.gated:
+            g = self.hook_pre(self.c_gate(x), rec)  # (B, T, d_mlp)
+            u = self.hook_pre_linear(self.c_fc(x), rec)  # (B, T, d_mlp)
+            h = self.hook_post(activate(g, self.activation) * u, rec)  # (B, T, d_mlp)
+            return self.c_proj(h)  # (B, T, C)
         h = self.hook_pre(self.c_fc(x), rec)  # (B, T, d_mlp)
-        if self.activation == "gelu":
-            h = F.gelu(h)
-        elif self.activation == "gelu_tanh":
-            h = F.gelu(h, approximate="tanh")
-        elif self.activation == "tanh":
-            h = torch.tanh(h)
-        else:
-            h = F.relu(h)
-        h = self.hook_post(h, rec)  # (B, T, d_mlp)
+        h = self.hook_post(activate(h, self.activation), rec)  # (B, T, d_mlp)
         return self.c_proj(h)  # (B, T, C)
 
 

@@ -115,8 +115,13 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
                      r"\tanh\bigl(\sqrt{2/\pi}\,(h + 0.044715\,h^3)\bigr)\bigr)",
         "relu": r"\mathrm{ReLU}(h) = \max(0, h)",
         "tanh": r"\tanh(h) = \frac{e^{h} - e^{-h}}{e^{h} + e^{-h}}",
+        "silu": r"\mathrm{SiLU}(h) = h\,\sigma(h) = \frac{h}{1 + e^{-h}}",
     }[cfg.activation]
     pre = cfg.norm_placement == "pre"
+    nh, nkv = cfg.n_head, cfg.n_kv_head
+    grouped = nkv != nh
+    k_at, v_at = ((r"d", r"d + d_{kv}") if grouped else (r"d", r"2d"))
+    g = "g" if grouped else "h"  # a key/value head, or (without grouping) the head
     table = {
         "hook_embed": (
             "Token embedding", r"E_{b,t} = W_E[x_{b,t}] = \mathrm{onehot}(x_{b,t})\,W_E",
@@ -143,16 +148,32 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
             "QKV projection", r"[Q\;K\;V] = \mathrm{LN}_1(x)\,W_{QKV}" + (r" + b_{QKV}" if cfg.qkv_bias else "") if pre
             else r"[Q\;K\;V] = x\,W_{QKV}" + (r" + b_{QKV}" if cfg.qkv_bias else ""),
             f"One matrix multiply makes every head's query, key and value at once: 3 × {cfg.n_head} heads × "
-            f"{hs} numbers per position."),
+            f"{hs} numbers per position." if not grouped else
+            f"One matrix multiply makes every query, key and value at once: {nh} query heads and {nkv} key/value "
+            f"heads (grouped-query attention), ({nh} + 2 × {nkv}) × {hs} numbers per position."),
         "attn.hook_q": (
             "Q per head", r"Q_h = [Q\;K\;V]_{:,\,h d_h : (h+1) d_h}",
             "The query block split into heads: what each position is looking for, one vector per head."),
         "attn.hook_k": (
-            "K per head", r"K_h = [Q\;K\;V]_{:,\,d + h d_h : d + (h+1) d_h}",
-            "The key block split into heads: what each position offers to be found by, one vector per head."),
+            "K per head" if not grouped else "K per key/value head",
+            rf"K_{g} = [Q\;K\;V]_{{:,\,{k_at} + {g} d_h : {k_at} + ({g}+1) d_h}}",
+            "The key block split into heads: what each position offers to be found by, one vector per head."
+            if not grouped else f"The key block split into its {nkv} key/value heads: what each position offers to "
+                                f"be found by. Each is shared by {nh // nkv} query heads."),
         "attn.hook_v": (
-            "V per head", r"V_h = [Q\;K\;V]_{:,\,2d + h d_h : 2d + (h+1) d_h}",
-            "The value block split into heads: what each position hands on when it is attended to."),
+            "V per head" if not grouped else "V per key/value head",
+            rf"V_{g} = [Q\;K\;V]_{{:,\,{v_at} + {g} d_h : {v_at} + ({g}+1) d_h}}",
+            "The value block split into heads: what each position hands on when it is attended to."
+            if not grouped else f"The value block split into its {nkv} key/value heads: what each position hands "
+                                f"on when it is attended to."),
+        "attn.hook_k_rep": (
+            "K repeated to query heads", rf"K_h = K_{{\lfloor h / {nh // max(1, nkv)} \rfloor}}",
+            f"Grouped-query attention: each of the {nkv} key heads is copied for the {nh // max(1, nkv)} query heads "
+            f"that share it, so query head h reads key head ⌊h / {nh // max(1, nkv)}⌋. Fewer key heads make a "
+            "smaller cache when generating; the copies cost nothing to learn."),
+        "attn.hook_v_rep": (
+            "V repeated to query heads", rf"V_h = V_{{\lfloor h / {nh // max(1, nkv)} \rfloor}}",
+            f"Each of the {nkv} value heads copied for the query heads that share it."),
         "attn.hook_rot_q": (
             "Q rotated (RoPE)", r"\tilde{q}_{t,i} = q_{t,i}\cos t\theta_i - q_{t,i+d/2}\sin t\theta_i,\;"
             r"\tilde{q}_{t,i+d/2} = q_{t,i+d/2}\cos t\theta_i + q_{t,i}\sin t\theta_i,\; \theta_i = b^{-2i/d}",
@@ -198,6 +219,9 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
         "mlp.hook_post": (
             "MLP activation", act_tex,
             "The non-linearity: it lets each hidden unit switch on for some inputs and (almost) off for others."),
+        "mlp.hook_pre_linear": (
+            "MLP up projection", r"u = \mathrm{LN}_2(x)\,W_{in}" + (r" + b_{in}" if cfg.bias else ""),
+            f"A gated MLP's second projection to {cfg.d_mlp} hidden units: no activation; the gate scales it."),
         "hook_mlp_out": (
             "MLP output", r"\mathrm{mlp}(x) = \mathrm{act}(h)\,W_{proj}" + (r" + b_{proj}" if cfg.bias else ""),
             "The hidden units projected back to the residual width."),
@@ -225,6 +249,34 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
             "loss", r"\mathcal{L} = \frac{1}{N}\sum_{t:\,y_t \ne -100} \ell_t",
             "The cross-entropy loss: the mean surprise over every position that has a target."),
     }
+    if cfg.gated_mlp:  # Llama's SwiGLU: a gate through the activation times a plain projection
+        x_ln = r"\mathrm{LN}_2(x)"
+        table["mlp.hook_pre"] = (
+            "MLP gate", rf"g = {x_ln}\,W_{{gate}}" + (r" + b_{gate}" if cfg.bias else ""),
+            f"The gate: one of the gated MLP's two projections to {cfg.d_mlp} hidden units, before its activation.")
+        table["mlp.hook_post"] = (
+            "gate × up", r"h = \mathrm{" + {"gelu_tanh": "GELU", "silu": "SiLU"}.get(cfg.activation,
+                                                  cfg.activation.upper() if cfg.activation != "tanh" else "tanh")
+            + r"}(g) \odot u",
+            "Each hidden unit is the activated gate times the up projection: the gate decides how much of u "
+            "passes (SwiGLU when the activation is SiLU).")
+        table["hook_mlp_out"] = (
+            "MLP output", r"\mathrm{mlp}(x) = (\mathrm{act}(g) \odot u)\,W_{out}" + (r" + b_{out}" if cfg.bias else ""),
+            "The gated hidden units projected back to the residual width.")
+    if cfg.parallel_attn:  # GPT-NeoX: attention and MLP both read the block's input
+        table["hook_resid_mid"] = (
+            "input + attention",
+            r"x_{\mathrm{mid}} = x_{\mathrm{pre}} + \mathrm{attn}(\mathrm{LN}_1(x_{\mathrm{pre}}))",
+            "Attention's output added to the block's input. In this parallel block the MLP does not read it: it "
+            "reads the block's input too, so this is a partial sum on the way to the layer's output.")
+        table["mlp.hook_pre"] = (table["mlp.hook_pre"][0], table["mlp.hook_pre"][1].replace(
+            r"x_{\mathrm{mid}}", r"x_{\mathrm{pre}}"), table["mlp.hook_pre"][2] + " In this parallel block the MLP "
+            "reads the block's input, beside attention, not attention's result.")
+        table["hook_resid_post"] = (
+            "residual after the block", r"x_{\mathrm{post}} = x_{\mathrm{pre}} + \mathrm{attn}(\mathrm{LN}_1("
+            r"x_{\mathrm{pre}})) + \mathrm{mlp}(\mathrm{LN}_2(x_{\mathrm{pre}}))",
+            "Attention and the MLP, side by side, both added to the block's input (GPT-NeoX's parallel block): the "
+            "layer's output.")
     return table.get(rest)
 
 

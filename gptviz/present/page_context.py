@@ -26,9 +26,11 @@ CKPT_PREFIX = "checkpoint: "
 
 # Config fields the sidebar edits (vocab_size always comes from the tokenizer).
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
-INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed", "n_enc_layer", "enc_len"}
-FLOAT_FIELDS = {"dropout", "init_std", "ln_eps", "rope_base"}
-BOOL_FIELDS = {"bias", "qkv_bias", "tie_weights", "attn_only", "attn_proj_bias", "head_bias"}
+INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed", "n_enc_layer", "enc_len",
+              "n_kv_head"}
+FLOAT_FIELDS = {"dropout", "init_std", "ln_eps", "rope_base", "rotary_pct"}
+BOOL_FIELDS = {"bias", "qkv_bias", "tie_weights", "attn_only", "attn_proj_bias", "head_bias", "gated_mlp",
+               "parallel_attn"}
 
 
 def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
@@ -41,6 +43,8 @@ def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
         d["d_mlp"] = 0
     if cfg.qkv_bias == cfg.bias:
         d["qkv_bias"] = "same as bias"
+    if cfg.n_kv_head == cfg.n_head:
+        d["n_kv_head"] = 0
     return d
 
 
@@ -97,6 +101,7 @@ def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:
     data = {f: s[f] for f in CONFIG_FIELDS}
     data["d_head"] = data["d_head"] or None
     data["d_mlp"] = data["d_mlp"] or None
+    data["n_kv_head"] = data["n_kv_head"] or None
     if data["qkv_bias"] == "same as bias":
         data["qkv_bias"] = None
     data["vocab_size"] = vocab_size

@@ -20,8 +20,9 @@ from ..run.step_meta import split_name
 
 # rest of the hook name (without "blocks.{l}.") -> (function, anchor, statements of context before it)
 _NORM = {"hook_scale": 1, "hook_normalized": 0, "hook_out": 2}
-_ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_rot_q": 0, "hook_rot_k": 0, "hook_scores_raw": 1,
-           "hook_scores_scaled": 0, "hook_attn_scores": 0, "hook_pattern": 1, "hook_z": 0}
+_ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_rot_q": 0, "hook_rot_k": 0, "hook_k_rep": 0, "hook_v_rep": 0,
+           "hook_scores_raw": 1, "hook_scores_scaled": 0, "hook_attn_scores": 0, "hook_pattern": 1, "hook_z": 0}
+_PARALLEL = {"hook_resid_pre": 0, "hook_attn_out": 1, "hook_resid_mid": 0, "hook_mlp_out": 1, "hook_resid_post": 0}
 
 
 def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
@@ -32,6 +33,7 @@ def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
         "hook_pos_embed": (top, "self.hook_pos_embed", 1),
         "hook_logits": (top, "self.hook_logits", 0 if seq2seq else 1),
         "mlp.hook_pre": (layers.MLP.forward, "self.hook_pre", 0),
+        "mlp.hook_pre_linear": (layers.MLP.forward, "self.hook_pre_linear", 0),
         "mlp.hook_post": (layers.MLP.forward, "self.hook_post", 1),
         "hook_probs": (loss.loss_breakdown, "probs", 0),
         "hook_loss_per_token": (loss.loss_breakdown, "loss_per_token", 2),
@@ -119,6 +121,8 @@ def _pick(rest: str, cfg: ModelConfig, n: int) -> int:
     """Which of several statements with the same anchor this config runs."""
     if n == 1:
         return 0
+    if rest in ("mlp.hook_pre", "mlp.hook_post"):  # a gated MLP's branch comes first
+        return 0 if cfg.gated_mlp else n - 1
     if rest == "hook_resid_post":  # `if self.attn_only: return self.hook_resid_post(x)` comes first
         return 0 if cfg.attn_only else n - 1
     if rest == "hook_enc_out":  # a fixed random encoder output (n_enc_layer == 0) comes first
@@ -131,6 +135,8 @@ def step_code(name: str, cfg: ModelConfig) -> str:
     layer, rest, stack = split_name(name, cfg)
     seq2seq = cfg.n_enc_layer >= 0
     table = _encoder_table() if stack == "encoder" and rest in _encoder_table() else _table(seq2seq)
+    if cfg.parallel_attn and rest in _PARALLEL:  # GPT-NeoX's block is a method of its own
+        table = {rest: (gpt.Block.forward_parallel, f"self.{rest}", _PARALLEL[rest])}
     if rest not in table:
         return ""
     fn, anchor, context = table[rest]
@@ -157,6 +163,8 @@ def anchor_line(name: str, cfg: ModelConfig) -> Optional[str]:
     recorded shape."""
     layer, rest, stack = split_name(name, cfg)
     table = _encoder_table() if stack == "encoder" and rest in _encoder_table() else _table(cfg.n_enc_layer >= 0)
+    if cfg.parallel_attn and rest in _PARALLEL:
+        table = {rest: (gpt.Block.forward_parallel, f"self.{rest}", 0)}
     if rest not in table:
         return None
     anchor = table[rest][1]

@@ -85,6 +85,11 @@ PARAMS: dict[str, Param] = {
     "ln_eps": Param("float", 1e-12, 1e-1),
     "rope_base": Param("float", 2.0, 1e7),
     "seed": Param("int", 0, 2**31 - 1),
+    # later models' choices
+    "n_kv_head": Param("int", 0, 64),  # 0: as many as n_head (no grouping)
+    "gated_mlp": Param("bool"),
+    "parallel_attn": Param("bool"),
+    "rotary_pct": Param("float", 0.01, 1.0),
 }
 assert set(PARAMS) == set(URL_FIELDS), "every URL field needs a type and range"
 

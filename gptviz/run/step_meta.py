@@ -31,6 +31,7 @@ _ATTENTION = {
     "hook_qkv": (("batch", "pos", "qkv"), SIGNED),
     "hook_q": (BTHD, SIGNED), "hook_k": (BTHD, SIGNED), "hook_v": (BTHD, SIGNED),
     "hook_rot_q": (BTHD, SIGNED), "hook_rot_k": (BTHD, SIGNED),
+    "hook_k_rep": (BTHD, SIGNED), "hook_v_rep": (BTHD, SIGNED),  # grouped-query attention: k, v per query head
     "hook_scores_raw": (BHQK, SIGNED), "hook_scores_scaled": (BHQK, SIGNED),
     "hook_attn_scores": (BHQK, MASKED), "hook_pattern": (BHQK, PROBABILITY), "hook_z": (BTHD, SIGNED),
 }
@@ -45,6 +46,7 @@ STEPS = {
     "hook_attn_out": ("attention", BTC, SIGNED),
     "hook_resid_mid": ("residual", BTC, SIGNED),
     "mlp.hook_pre": ("mlp", BTM, SIGNED),
+    "mlp.hook_pre_linear": ("mlp", BTM, SIGNED),  # a gated MLP's second projection
     "mlp.hook_post": ("mlp", BTM, SIGNED),
     "hook_mlp_out": ("mlp", BTC, SIGNED),
     "hook_resid_post": ("residual", BTC, SIGNED),
@@ -61,7 +63,7 @@ SEQ2SEQ_STEPS = {
     **{f"{n}.{part}": ("norm", axes, kind) for n in ("ln_cross", "enc_ln_final")
        for part, (axes, kind) in _NORM.items()},
     **{f"cross_attn.{part}": ("cross_attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()
-       if part not in ("hook_qkv", "hook_rot_q", "hook_rot_k")},
+       if part not in ("hook_qkv", "hook_rot_q", "hook_rot_k", "hook_k_rep", "hook_v_rep")},
     "hook_cross_out": ("cross_attention", BTC, SIGNED),
     "hook_resid_cross": ("residual", BTC, SIGNED),
 }

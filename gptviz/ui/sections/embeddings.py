@@ -54,13 +54,17 @@ def positions(ctx, *, key: str = "pos") -> None:
         explain(step_info(tr, act_name("pos_embed")))
     elif cfg.pos_encoding == "rope":
         labels = ctx.labels()
-        ang = rope_angles(ctx.n_pos, cfg.d_head, cfg.rope_base).numpy()
+        ang = rope_angles(ctx.n_pos, cfg.d_rot, cfg.rope_base).numpy()
         m = matrices.Matrix(ang, labels, [f"pair {i}" for i in range(ang.shape[1])], "position", "dimension pair",
                          "nonnegative", hover_rows=matrices.token_hover(labels))
-        plot(ctx, figures.heatmap(m, "Rotary angles θ[t, i] = t · base^(−2i/d_head) (radians)"), key=f"{key}.rope")
+        d = "d_head" if cfg.d_rot == cfg.d_head else "d_rot"
+        plot(ctx, figures.heatmap(m, f"Rotary angles θ[t, i] = t · base^(−2i/{d}) (radians)"), key=f"{key}.rope")
         st.markdown("With rotary positions nothing is added to the token embedding. Inside attention each query and "
-                    "key is turned pair by pair by these angles, so a score depends on how far apart two tokens are.")
-        st.latex(r"\theta_{t,i} = t \cdot b^{-2i/d_{head}},\quad b = " + f"{cfg.rope_base:g}")
+                    "key is turned pair by pair by these angles, so a score depends on how far apart two tokens are."
+                    + ("" if cfg.d_rot == cfg.d_head else f" This model turns only the first d_rot = {cfg.d_rot} of "
+                       f"each head's {cfg.d_head} dimensions (rotary_pct = {cfg.rotary_pct:g}); the rest pass "
+                       "through unturned."))
+        st.latex(r"\theta_{t,i} = t \cdot b^{-2i/d_{" + d[2:] + r"}},\quad b = " + f"{cfg.rope_base:g}")
     else:
         st.info("This model has no position encoding (pos_encoding='none'): only the causal mask tells it about "
                 "order.")
