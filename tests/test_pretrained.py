@@ -1,0 +1,191 @@
+"""``gptviz.from_pretrained`` against ``transformers``: for each family, a small model with random weights (every
+weight, norms and biases included, drawn at random so none is left at an identity), saved with a tokenizer
+trained here, opened by gptviz and compared with ``transformers`` on the same folder: logits, every layer's and
+head's attention pattern (eager attention, ``output_attentions=True``), and the token ids ``tokenizers`` gives."""
+import json
+
+import pytest
+import torch
+
+import gptviz
+from gptviz import trace
+from gptviz.model.hook_names import act_name
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+TEXT = "the cat sat on the mat, and the dog sat on the log. the cat ran."
+
+
+def train_tokenizer(folder, vocab_size: int, sentencepiece_style: bool = False) -> None:
+    """A BPE tokenizer trained here on a little text and saved as tokenizer.json: byte-level (GPT-2's kind) or
+    SentencePiece-style (▁ for spaces, Llama's kind), with an end-of-text token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None if not sentencepiece_style else "<unk>"))
+    if sentencepiece_style:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        specials = ["<unk>", "<s>", "</s>"]
+        alphabet = []
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        specials = ["<|endoftext|>"]
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet,
+                                  show_progress=False)
+    tok.train_from_iterator([TEXT] * 20, trainer)
+    tok.save(str(folder / "tokenizer.json"))
+
+
+@torch.no_grad()
+def randomise(model) -> None:
+    g = torch.Generator().manual_seed(1)
+    for name, p in model.named_parameters():
+        base = 1.0 if p.dim() == 1 and "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) \
+            else 0.0
+        p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
+
+
+def build(family: str, folder, **extra):
+    """A random ``transformers`` model of ``family`` saved in ``folder`` with a tokenizer trained here."""
+    T = transformers
+    vocab = 300
+    if family == "gpt2":
+        cfg = T.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=64, **extra)
+        cls = T.GPT2LMHeadModel
+    elif family == "llama":
+        cfg = T.LlamaConfig(vocab_size=vocab, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                            num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                            rope_theta=5000.0, tie_word_embeddings=False, **extra)
+        cls = T.LlamaForCausalLM
+    elif family == "qwen2":
+        cfg = T.Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=56, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=1, head_dim=12, max_position_embeddings=64,
+                            tie_word_embeddings=True, **extra)
+        cls = T.Qwen2ForCausalLM
+    elif family == "mistral":
+        cfg = T.MistralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                              sliding_window=None, **extra)
+        cls = T.MistralForCausalLM
+    else:
+        cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=3, max_position_embeddings=64,
+                              rope_parameters={"rope_type": "default", "rope_theta": 2000.0,
+                                               "partial_rotary_factor": 0.25}, **extra)
+        cls = T.GPTNeoXForCausalLM
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    randomise(model)
+    model.save_pretrained(str(folder))
+    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral"))
+    return model
+
+
+FAMILIES = ["gpt2", "llama", "qwen2", "mistral", "gpt_neox"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_patterns_and_token_ids_equal_transformers(family, tmp_path):
+    hf = build(family, tmp_path)
+    model, tok = gptviz.from_pretrained(tmp_path)
+    own = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    ids = tok.encode(TEXT)
+    assert ids == own.encode(TEXT).ids and len(ids) > 10
+    idx = torch.tensor([ids[:40]])
+    with torch.no_grad():
+        out = hf(idx, output_attentions=True)
+    tr = trace(model, idx)
+    assert (tr["hook_logits"] - out.logits).abs().max().item() < 1e-4
+    assert len(out.attentions) == model.config.n_layer
+    for layer, pattern in enumerate(out.attentions):  # (B, n_head, T, T) per layer
+        assert torch.allclose(tr[act_name("pattern", layer)], pattern, atol=1e-5), layer
+    assert tok.decode(ids) == own.decode(ids, skip_special_tokens=False)
+
+
+def test_each_family_maps_onto_its_blocks(tmp_path):
+    """The config each family gives: read back from config.json, not guessed."""
+    seen = {}
+    for family in FAMILIES:
+        folder = tmp_path / family
+        folder.mkdir()
+        build(family, folder)
+        seen[family] = gptviz.from_pretrained(folder)[0].config
+    gpt2, llama, qwen, mistral, neox = (seen[f] for f in FAMILIES)
+    assert (gpt2.n_head, gpt2.d_head, gpt2.norm, gpt2.tie_weights) == (4, 16, "layernorm", True)  # not 64 wide
+    assert (llama.n_head, llama.n_kv_head, llama.d_head, llama.gated_mlp, llama.activation) == (6, 2, 8, True, "silu")
+    assert (llama.norm, llama.pos_encoding, llama.rope_base, llama.qkv_bias, llama.tie_weights) == \
+        ("rmsnorm", "rope", 5000.0, False, False)
+    assert (qwen.n_kv_head, qwen.d_head, qwen.qkv_bias, qwen.attn_proj_bias, qwen.tie_weights) == (1, 12, True, False,
+                                                                                                  True)
+    assert (mistral.n_kv_head, mistral.gated_mlp) == (2, True)
+    assert (neox.parallel_attn, neox.d_rot, neox.rotary_pct, neox.rope_base, neox.tie_weights) == \
+        (True, 4, 0.25, 2000.0, False)
+
+
+def test_sharded_weights_and_a_sequential_neox(tmp_path):
+    """Weights split over shards (model.safetensors.index.json) load the same; GPT-NeoX without the parallel
+    residual runs its blocks one after the other."""
+    hf = build("gpt_neox", tmp_path, use_parallel_residual=False)
+    hf.save_pretrained(str(tmp_path), max_shard_size="20KB")
+    (tmp_path / "model.safetensors").unlink(missing_ok=True)
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    shards = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"].values()
+    assert len(set(shards)) > 1
+    model, _ = gptviz.from_pretrained(tmp_path)
+    assert model.config.parallel_attn is False
+    idx = torch.tensor([[5, 9, 2, 7, 7, 1]])
+    with torch.no_grad():
+        assert (trace(model, idx)["hook_logits"] - hf(idx).logits).abs().max().item() < 1e-4
+
+
+def test_byte_level_and_sentencepiece_tokens_read_as_text(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "s").mkdir()
+    train_tokenizer(tmp_path / "b", 300)
+    train_tokenizer(tmp_path / "s", 300, sentencepiece_style=True)
+    from gptviz.text.hf_tokenizer import HFTokenizer
+
+    for folder in ("b", "s"):
+        tok = HFTokenizer.from_file(tmp_path / folder / "tokenizer.json")
+        ids = tok.encode(" the cat")
+        assert "".join(tok.token_text(i) for i in ids) == " the cat", folder  # Ġ and ▁ read as the spaces they are
+        assert all("Ġ" not in tok.token_str(i) and "▁" not in tok.token_str(i) for i in ids)
+    assert HFTokenizer.from_file(tmp_path / "b" / "tokenizer.json").eot_id >= 0
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(model_type="bert"), "not a family gptviz opens"),
+    (lambda d: d.update(num_attention_heads=5), "divisible"),
+    (lambda d: d.update(hidden_size=10**6, intermediate_size=10**6), "over the limit"),
+    (lambda d: d.update(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4}), "scales its rotary"),
+    (lambda d: d.pop("num_hidden_layers"), "lacks 'num_hidden_layers'"),
+])
+def test_a_bad_config_is_a_clear_message_before_anything_is_built(tmp_path, change, message):
+    build("llama", tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    change(d)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=message):
+        gptviz.from_pretrained(tmp_path)
+
+
+def test_weights_that_do_not_fit_the_config_are_refused_unread(tmp_path):
+    build("qwen2", tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    d["intermediate_size"] = 64  # the file's MLP is 56 wide
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=r"mlp.gate_proj.weight has shape \(56, 32\), but config.json asks for "
+                                         r"\(64, 32\)"):
+        gptviz.from_pretrained(tmp_path)
+
+
+def test_a_name_that_is_neither_a_folder_nor_a_repo_id_says_so(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="not a folder here, nor a Hugging Face repo id"):
+        gptviz.from_pretrained(str(tmp_path / "nowhere" / "x" / "y"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="Hugging Face hub can't provide it"):
+        gptviz.from_pretrained("someone/some-model")
