@@ -11,6 +11,9 @@ sec.current(ctx, key="wt")
 st.subheader("Shipped checkpoints")
 sec.shipped(ctx, key="wt")
 
+st.subheader("A model folder: GPT-2, Llama, Qwen2, Pythia …")
+sec.folder(ctx, key="wt")
+
 st.subheader("Upload weights")
 sec.upload(ctx, key="wt")
 

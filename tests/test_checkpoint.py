@@ -110,3 +110,22 @@ def test_truncated_and_wrong_files_get_clear_errors(tmp_path):
         load_checkpoint(buf.getvalue(), name="x.pt")
     with pytest.raises(ValueError, match="no such file"):
         load_checkpoint(tmp_path / "missing.safetensors")
+
+
+def test_a_gpt2_file_with_64_wide_embeddings_and_4_heads_is_never_read_as_one_head(tmp_path):
+    """The file alone can't say its heads: it used to be guessed as n_embd / 64 = 1 head, logits off by ~0.1. Now it
+    is refused with a message saying what to do; with the heads given (or its folder opened, test_pretrained) the
+    logits equal transformers'."""
+    cfg = transformers.GPT2Config(vocab_size=40, n_positions=12, n_embd=64, n_layer=2, n_head=4)
+    torch.manual_seed(0)
+    hf = perturb(transformers.GPT2LMHeadModel(cfg).eval())
+    from safetensors.torch import save_file
+
+    p = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, str(p))
+    with pytest.raises(ValueError, match="does not say how many heads it has"):
+        load_checkpoint(p)
+    idx = torch.randint(0, 40, (2, 10))
+    with torch.no_grad():
+        assert (load_checkpoint(p, n_head=4).model(idx)[0] - hf(idx).logits).abs().max() < 1e-5
+        assert (load_checkpoint(p, n_head=1).model(idx)[0] - hf(idx).logits).abs().max() > 1e-4  # the old guess

@@ -264,3 +264,20 @@ def test_head_grid_words_fit_their_cells():
     assert wide.data[0].text[0][0] == "ind<br>0.00"  # 12 heads: the short form
     assert 9 <= wide.data[0].textfont.size <= 14
     assert "induction" in wide.data[1].text[0]  # the tooltip keeps the whole word
+
+
+def test_grouped_query_keys_are_shown_for_the_query_head_that_reads_them():
+    """With 4 query heads and 2 key/value heads, query head 3 reads key/value head 1 (3 // 2): the K view of head 3
+    is that kv head's slice of the trace, labelled kv1; the fused projection's columns say q, k and v at their own
+    widths (16 + 8 + 8), not in thirds."""
+    c = CONFIGS["gqa-swiglu"]
+    tr = trace(GPT(c), random_ids(c, B=1, T=5)).numpy()
+    toks = [f"t{i}" for i in range(5)]
+    k = matrices.step_matrix(tr["blocks.0.attn.hook_k"], tr.info("blocks.0.attn.hook_k"), toks, 0, head=3)
+    assert np.array_equal(k.values, tr["blocks.0.attn.hook_k"][0, :, 1].astype(float))
+    assert k.cols[0] == "kv1.0"
+    rot = matrices.step_matrix(tr["blocks.0.attn.hook_rot_k"], tr.info("blocks.0.attn.hook_rot_k"), toks, 0, head=3)
+    rep = matrices.step_matrix(tr["blocks.0.attn.hook_k_rep"], tr.info("blocks.0.attn.hook_k_rep"), toks, 0, head=3)
+    assert np.array_equal(rep.values, rot.values) and rep.cols[0] == "h3.0"  # the repeat: the rotated keys again
+    qkv = matrices.step_matrix(tr["blocks.0.attn.hook_qkv"], tr.info("blocks.0.attn.hook_qkv"), toks, 0)
+    assert qkv.cols[:1] + qkv.cols[15:17] + qkv.cols[23:25] + qkv.cols[-1:] == ["q0", "q15", "k0", "k7", "v0", "v7"]

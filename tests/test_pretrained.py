@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from hf_models import FAMILIES, TEXT, build, train_tokenizer
 
 import gptviz
 from gptviz import trace
@@ -13,79 +14,6 @@ from gptviz.model.hook_names import act_name
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
-
-TEXT = "the cat sat on the mat, and the dog sat on the log. the cat ran."
-
-
-def train_tokenizer(folder, vocab_size: int, sentencepiece_style: bool = False) -> None:
-    """A BPE tokenizer trained here on a little text and saved as tokenizer.json: byte-level (GPT-2's kind) or
-    SentencePiece-style (▁ for spaces, Llama's kind), with an end-of-text token."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE(unk_token=None if not sentencepiece_style else "<unk>"))
-    if sentencepiece_style:
-        tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        tok.decoder = decoders.Metaspace()
-        specials = ["<unk>", "<s>", "</s>"]
-        alphabet = []
-    else:
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        specials = ["<|endoftext|>"]
-        alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet,
-                                  show_progress=False)
-    tok.train_from_iterator([TEXT] * 20, trainer)
-    tok.save(str(folder / "tokenizer.json"))
-
-
-@torch.no_grad()
-def randomise(model) -> None:
-    g = torch.Generator().manual_seed(1)
-    for name, p in model.named_parameters():
-        base = 1.0 if p.dim() == 1 and "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) \
-            else 0.0
-        p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
-
-
-def build(family: str, folder, **extra):
-    """A random ``transformers`` model of ``family`` saved in ``folder`` with a tokenizer trained here."""
-    T = transformers
-    vocab = 300
-    if family == "gpt2":
-        cfg = T.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=64, **extra)
-        cls = T.GPT2LMHeadModel
-    elif family == "llama":
-        cfg = T.LlamaConfig(vocab_size=vocab, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-                            num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
-                            rope_theta=5000.0, tie_word_embeddings=False, **extra)
-        cls = T.LlamaForCausalLM
-    elif family == "qwen2":
-        cfg = T.Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=56, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=1, head_dim=12, max_position_embeddings=64,
-                            tie_word_embeddings=True, **extra)
-        cls = T.Qwen2ForCausalLM
-    elif family == "mistral":
-        cfg = T.MistralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                              sliding_window=None, **extra)
-        cls = T.MistralForCausalLM
-    else:
-        cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                              num_attention_heads=3, max_position_embeddings=64,
-                              rope_parameters={"rope_type": "default", "rope_theta": 2000.0,
-                                               "partial_rotary_factor": 0.25}, **extra)
-        cls = T.GPTNeoXForCausalLM
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = cls(cfg).eval()
-    randomise(model)
-    model.save_pretrained(str(folder))
-    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral"))
-    return model
-
-
-FAMILIES = ["gpt2", "llama", "qwen2", "mistral", "gpt_neox"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -189,3 +117,25 @@ def test_a_name_that_is_neither_a_folder_nor_a_repo_id_says_so(tmp_path, monkeyp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="Hugging Face hub can't provide it"):
         gptviz.from_pretrained("someone/some-model")
+
+
+def test_a_folder_sent_as_files_opens_and_nothing_else_is_read(tmp_path):
+    """A browser's folder upload: the files by name (with the folder's path), plus files a model folder may hold that
+    are never read (a README, a pickled .bin); a name with a path in it is written by its base name only."""
+    from gptviz.model.pretrained import from_uploaded_files
+
+    hf = build("llama", tmp_path)
+    files = [(f"my-model/{p.name}", p.read_bytes()) for p in tmp_path.iterdir()]
+    files += [("my-model/README.md", b"# hello"), ("my-model/pytorch_model.bin", b"not a pickle at all"),
+              ("../../../etc/evil.safetensors", b"junk")]
+    files = [f for f in files if not f[0].endswith("evil.safetensors")] + [("../../x/tokenizer.json",
+                                                                            (tmp_path / "tokenizer.json").read_bytes())]
+    model, tok = from_uploaded_files(files)
+    idx = torch.tensor([tok.encode(TEXT)[:20]])
+    with torch.no_grad():
+        assert (trace(model, idx)["hook_logits"] - hf(idx).logits).abs().max().item() < 1e-4
+    with pytest.raises(ValueError, match="no config.json"):
+        from_uploaded_files([(n, d) for n, d in files if not n.endswith("config.json")])
+    with pytest.raises(ValueError, match="not a readable .safetensors"):
+        from_uploaded_files([(n, d) for n, d in files if not n.endswith("model.safetensors")]
+                            + [("model.safetensors", b"junk")])

@@ -118,7 +118,9 @@ def load_checkpoint(src: Source, name: str = "", n_head: Optional[int] = None) -
     """Load a checkpoint from a path or bytes, whatever its format. Every failure is a ValueError.
 
     ``name`` (a file name) helps tell formats apart for bytes. ``n_head`` is needed for a Hugging Face
-    GPT-2 file, whose weights do not say how many heads there are (default: d_head = 64, as in GPT-2).
+    GPT-2 file, whose weights do not say how many heads there are, unless it has one of the released GPT-2
+    sizes (``OPENAI_GPT2_HEADS``); without it such a file is refused with a message saying so. (A model folder,
+    with its config.json, is ``gptviz.from_pretrained``'s.)
     """
     data = _read_bytes(src)
     name = name or (str(src) if not isinstance(src, (bytes, bytearray)) else "")
@@ -217,6 +219,11 @@ def _weight(sd: dict, name: str, dims: int) -> torch.Tensor:
     return t
 
 
+# The released GPT-2 sizes, recognised by (vocab_size, n_embd, n_layer): their head counts are known, not guessed.
+OPENAI_GPT2_HEADS = {(50257, 768, 12): 12, (50257, 1024, 24): 16, (50257, 1280, 36): 20, (50257, 1600, 48): 25,
+                     (50257, 768, 6): 12}  # GPT-2 small, medium, large, XL; DistilGPT2
+
+
 def _from_gpt2_tensors(tensors: dict, n_head: Optional[int], kind: str) -> Checkpoint:
     sd = {k.removeprefix("transformer."): v for k, v in tensors.items()}
     if "wte.weight" not in sd or "wpe.weight" not in sd:
@@ -227,7 +234,9 @@ def _from_gpt2_tensors(tensors: dict, n_head: Optional[int], kind: str) -> Check
     n_layer = 1 + max(layers, default=-1)
     if n_layer < 1:
         raise ValueError("these GPT-2 weights have no layers (h.0...)")
-    n_head = n_head or max(1, C // 64)
+    known = OPENAI_GPT2_HEADS.get((V, C, n_layer))
+    heads_told = n_head or known
+    n_head = heads_told or 1  # for the structural checks below; a file that passes them still needs its heads
     d_mlp = _weight(sd, "h.0.mlp.c_fc.weight", 2).shape[1]
     lm, wte = tensors.get("lm_head.weight"), sd["wte.weight"]
     tied = lm is None or (isinstance(lm, torch.Tensor) and lm.shape == wte.shape and lm.dtype == wte.dtype
@@ -240,6 +249,10 @@ def _from_gpt2_tensors(tensors: dict, n_head: Optional[int], kind: str) -> Check
     except RuntimeError as exc:  # a Conv1D weight that is not 2-D cannot be transposed
         raise ValueError(f"these GPT-2 weights do not have GPT-2's shapes: {exc}") from None
     check_tensors(cfg, converted, f"GPT-2 with n_embd={C}, {n_layer} layer(s), {n_head} head(s), d_mlp={d_mlp}")
+    if not heads_told:
+        raise ValueError(f"a Hugging Face GPT-2 weights file does not say how many heads it has (n_embd={C}, "
+                         f"{n_layer} layer(s) could be split many ways): open its folder, config.json with the "
+                         "weights, or give the number of heads")
     model = GPT(cfg)
     _load_checked(model, converted)
     tok = None

@@ -391,3 +391,34 @@ def from_pretrained(path_or_repo_id: Union[str, Path]) -> tuple[GPT, Optional[HF
     if tok is not None and tok.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer.json has {tok.vocab_size:,} tokens but the model only {model.config.vocab_size:,}")
     return model, tok
+
+
+UPLOAD_FILES = ("config.json", "tokenizer.json", "model.safetensors.index.json")  # and any *.safetensors
+MAX_UPLOAD_BYTES = 1_200_000_000
+
+
+def from_uploaded_files(files: list[tuple[str, bytes]]) -> tuple[GPT, Optional[HFTokenizer]]:
+    """``from_pretrained`` on a model folder sent as files (a browser's folder upload): ``(name, bytes)`` pairs.
+
+    Only the files a model folder needs are kept, by their base name (``config.json``, ``tokenizer.json``, the
+    safetensors index and ``*.safetensors``); anything else (a README, a pickled ``.bin``) is left out unread, and
+    a path in a name is never followed. The kept files, at most ``MAX_UPLOAD_BYTES`` in all, are written to a
+    temporary folder that is removed afterwards."""
+    import tempfile
+
+    kept: dict[str, bytes] = {}
+    for name, data in files:
+        base = Path(str(name).replace("\\", "/")).name
+        if (base in UPLOAD_FILES or base.endswith(".safetensors")) and not base.startswith("."):
+            kept[base] = data
+    if "config.json" not in kept:
+        raise ValueError("the folder has no config.json: open the model's folder as Hugging Face saves it "
+                         "(config.json, model.safetensors, tokenizer.json)")
+    total = sum(len(d) for d in kept.values())
+    if total > MAX_UPLOAD_BYTES:
+        raise ValueError(f"the folder's model files come to {total:,} bytes, over the limit of {MAX_UPLOAD_BYTES:,}")
+    with tempfile.TemporaryDirectory(prefix="gptviz-folder-") as tmp:
+        for base, data in kept.items():
+            (Path(tmp) / base).write_bytes(data)
+        return from_pretrained(Path(tmp))
+

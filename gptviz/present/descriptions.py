@@ -5,6 +5,7 @@ the words, kept apart from the model so the model file stays as readable as nano
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -84,8 +85,8 @@ def describe(name: str, cfg: ModelConfig) -> StepInfo:
     title, formula, explanation = words
     if layer is not None:
         title = f"{'enc ' if stack == 'encoder' else ''}L{layer} {title}"
-    return StepInfo(meta.name, meta.stage, meta.layer, meta.axes, meta.kind, meta.stack, title, formula, explanation,
-                    step_code(name, cfg))
+    return StepInfo(**{f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}, title=title,
+                    formula=formula, explanation=explanation, code=step_code(name, cfg))
 
 
 def step_info(trace, name: str) -> StepInfo:

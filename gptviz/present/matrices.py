@@ -128,17 +128,21 @@ def step_matrix(
         return Matrix(v, rows, cols, row_title, "", kind, None, "", token_hover(rows), cols)
     if len(axes) == 3:  # (pos, head, d_head)
         nh, hs = v.shape[1], v.shape[2]
+        name = "kv" if info.head_group > 1 else "h"  # grouped-query keys and values: query head h reads kv h // group
         if head is not None:
-            v = v[:, head]
-            cols = _dim_labels(hs, f"h{head}.")
+            h = min(head // info.head_group, nh - 1)
+            v = v[:, h]
+            cols = _dim_labels(hs, f"{name}{h}.")
         else:
             v = v.reshape(T, nh * hs)
-            cols = [f"h{h}.{d}" for h in range(nh) for d in range(hs)]
+            cols = [f"{name}{h}.{d}" for h in range(nh) for d in range(hs)]
         col_title = "head.dim"
     else:
         last = axes[-1]
         n = v.shape[1]
-        if last == "qkv":
+        if last == "qkv" and info.qkv_split:  # grouped-query: q is wider than k and v
+            cols = [f"{w}{i}" for w, width in zip("qkv", info.qkv_split) for i in range(width)]
+        elif last == "qkv":
             third = n // 3
             cols = [f"{'qkv'[i // third]}{i % third}" for i in range(n)]
         elif last == "scale":

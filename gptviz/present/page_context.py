@@ -23,6 +23,7 @@ from ..text.batches import DEFAULT_PROMPT, Batch, encode_batch
 from ..training import tasks
 
 CKPT_PREFIX = "checkpoint: "
+FOLDER_PREFIX = "folder: "  # a preset naming a model folder in the server's models directory (?model=NAME)
 
 # Config fields the sidebar edits (vocab_size always comes from the tokenizer).
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
@@ -203,7 +204,11 @@ class Ctx:
         return self.tok.token_str(int(i))
 
     def vocab_labels(self) -> list[str]:
-        return self.store.vocab_labels(self.tok)
+        """A display string for every id the model scores: the tokenizer's, then ``<unused N>`` for the rows a
+        model pads its vocabulary with past the tokenizer's (Pythia's 50,304 for 50,277 tokens, say)."""
+        labels = self.store.vocab_labels(self.tok)
+        V = self.cfg.vocab_size
+        return labels[:V] if len(labels) >= V else labels + [f"<unused {i}>" for i in range(len(labels), V)]
 
     def trace(self, grads: bool = False) -> Trace:
         """The (cached) trace of this batch, with the session's edits."""
@@ -292,6 +297,15 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
         except (ValueError, OSError) as exc:
             notes.append(Notice("error", f"The shipped model {name!r} could not be loaded: {exc}. "
                                          "Showing the small configurable model instead."))
+            s["preset"] = "default"
+            s["model_key"] = None
+    if preset.startswith(FOLDER_PREFIX) and not s.get("model_key"):
+        name = preset[len(FOLDER_PREFIX):]
+        try:
+            s["model_key"] = store.folder_model(name)
+        except (ValueError, OSError) as exc:
+            notes.append(Notice("error", f"The model folder {name!r} could not be opened: {exc}. Showing the small "
+                                         "configurable model instead."))
             s["preset"] = "default"
             s["model_key"] = None
     model_key = s.get("model_key")

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from ..config import ACTIVATIONS, NORM_PLACEMENTS, NORMS, POS_ENCODINGS, PRESETS
-from ..paths import CHECKPOINTS
+from ..paths import CHECKPOINTS, MODEL_NAME, model_folder_names
 from ..text.tokenizers import TOKENIZER_NAMES
-from .page_context import CKPT_PREFIX, CONFIG_FIELDS, URL_FIELDS, Notice, _config_settings, defaults
+from .page_context import CKPT_PREFIX, CONFIG_FIELDS, FOLDER_PREFIX, URL_FIELDS, Notice, _config_settings, defaults
 
 # Address-bar parameters a page owns and checks itself (the Lessons page): passed through untouched.
 PAGE_PARAMS = ("present", "lesson", "lstep")
+MODEL_PARAM = "model"  # ?model=NAME: a model folder in the server's models directory (the preset "folder: NAME")
 
 # The text a link can carry. A line of MAX_LINE_CHARS characters fills the largest context the sidebar allows
 # (block_size 2048) even with one character per token; the whole text is at most MAX_TEXT_CHARS characters.
@@ -188,9 +189,21 @@ def clean(field: str, raw: Any, default: Any) -> tuple[Any, Optional[str]]:
                 return CKPT_PREFIX + name, None
             return default, f"`preset`: there is no shipped model called {_show(name)}, so the link opens " \
                             f"{_show(default)} instead."
+        if field == "preset" and raw.startswith(FOLDER_PREFIX):
+            return clean_model(raw[len(FOLDER_PREFIX):], default)
         choices = ", ".join(str(o) for o in p.options)
         return default, f"`{field}`: {_show(raw)} is not one of {choices}, so it was left at {_show(default)}."
     return _cut_text(field, raw)
+
+
+def clean_model(raw: str, default: str) -> tuple[str, Optional[str]]:
+    """(the preset, a problem or None) for ``?model=NAME``: a model folder of the server's models directory, looked
+    up by name among them (a link never carries a path)."""
+    name = str(raw).strip()
+    if MODEL_NAME.fullmatch(name) and name in model_folder_names():
+        return FOLDER_PREFIX + name, None
+    return default, f"`model`: there is no model folder called {_show(name)} on this server, so the link opens " \
+                    f"{_show(default)} instead."
 
 
 def read(params: Mapping[str, Any]) -> tuple[dict[str, Any], list[Notice]]:
@@ -210,6 +223,9 @@ def read(params: Mapping[str, Any]) -> tuple[dict[str, Any], list[Notice]]:
         problems += [problem] if problem else []
     else:
         preset = fallback_preset
+    if MODEL_PARAM in raw:  # ?model=NAME wins over a preset
+        preset, problem = clean_model(raw[MODEL_PARAM], preset)
+        problems += [problem] if problem else []
     s["preset"] = preset
     if preset in PRESETS:
         s.update(_config_settings(PRESETS[preset]))
@@ -217,7 +233,7 @@ def read(params: Mapping[str, Any]) -> tuple[dict[str, Any], list[Notice]]:
         if field != "preset" and field in raw:
             s[field], problem = clean(field, raw[field], s.get(field))
             problems += [problem] if problem else []
-    unknown = [k for k in raw if k not in PARAMS and k not in PAGE_PARAMS]
+    unknown = [k for k in raw if k not in PARAMS and k not in PAGE_PARAMS and k != MODEL_PARAM]
     if unknown:
         names = ", ".join(_show(k) for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         problems.append(f"The link has settings this app does not know, so they were ignored: {names}.")

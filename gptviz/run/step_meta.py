@@ -84,6 +84,10 @@ class StepMeta:
     axes: tuple[str, ...]
     kind: str  # SIGNED | NONNEGATIVE | PROBABILITY | MASKED
     stack: str = "decoder"  # "encoder" for an encoder-decoder model's encoder steps (enc_blocks.*, hook_enc_*)
+    # grouped-query attention: query heads per head of this tensor (keys and values have fewer heads), and the
+    # widths of q, k and v in the fused projection (empty when they are equal thirds)
+    head_group: int = 1
+    qkv_split: tuple[int, ...] = ()
 
     @property
     def signed(self) -> bool:
@@ -122,4 +126,10 @@ def step_meta(name: str, cfg: ModelConfig) -> StepMeta:
     axes = _CROSS_AXES.get(rest, axes)
     if stack == "encoder":  # the encoder's steps run over source positions
         axes = tuple("enc_pos" if a == "pos" else a for a in axes)
-    return StepMeta(name, stage, layer, axes, kind, stack)
+    group, split = 1, ()
+    if getattr(cfg, "n_kv_head", cfg.n_head) != cfg.n_head:
+        if rest in ("attn.hook_k", "attn.hook_v", "attn.hook_rot_k"):
+            group = cfg.n_head // cfg.n_kv_head
+        if rest == "attn.hook_qkv":
+            split = (cfg.d_attn, cfg.d_kv, cfg.d_kv)
+    return StepMeta(name, stage, layer, axes, kind, stack, group, split)

@@ -276,6 +276,8 @@ def _hist(v: np.ndarray, lo: float, hi: float, bins: int) -> tuple[list[int], li
 def _mlp_layers(cfg: ModelConfig, x, y, attention_mask, init_std, activation, bins: Optional[int]) -> list[dict]:
     x, y, m = _t(x), _t(y), _t(attention_mask)
     act = activation or cfg.activation
+    if cfg.gated_mlp:  # saturation is a plain MLP's story: study one of the same shape (the gate multiplies it)
+        cfg = cfg.replace(gated_mlp=False)
     tr = trace(read_only_model(cfg, init_std, act), x, y, m, grads=True)
     valid = _valid(x, m)
     layers = []

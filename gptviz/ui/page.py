@@ -9,7 +9,7 @@ import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
 from ..present import url_params
-from ..present.page_context import CKPT_PREFIX, Ctx, Notice, resolve
+from ..present.page_context import CKPT_PREFIX, FOLDER_PREFIX, Ctx, Notice, resolve
 from ..run import edits as edit_specs
 from . import resources, state
 from .nav import PAGES, page_links  # noqa: F401 - re-exported
@@ -58,7 +58,7 @@ def _w(fn, field: str, label: str, s: dict, container=None, **kw):
 
 def _unload(s: dict) -> None:
     s["model_key"] = None
-    if str(s.get("preset", "")).startswith(CKPT_PREFIX):
+    if str(s.get("preset", "")).startswith((CKPT_PREFIX, FOLDER_PREFIX)):
         s["preset"] = "default"
     s["edits"], s["id_edits"] = edit_specs.empty(), {}
     s["untrained"] = False
@@ -88,13 +88,16 @@ def preset_options() -> list[str]:
     shipped = resources.shipped_names()
     first = [n for n in SHIPPED_LABELS if n in shipped] + [n for n in shipped if n not in SHIPPED_LABELS]
     shapes = list(PRESETS)
-    return [CKPT_PREFIX + n for n in first] + shapes + ["custom"]
+    folders = [FOLDER_PREFIX + n for n in resources.model_folder_names()]
+    return [CKPT_PREFIX + n for n in first] + folders + shapes + ["custom"]
 
 
 def preset_label(value: str) -> str:
     if value.startswith(CKPT_PREFIX):
         name = value[len(CKPT_PREFIX):]
         return SHIPPED_LABELS.get(name, f"Shipped: {name}")
+    if value.startswith(FOLDER_PREFIX):
+        return f"Model folder: {value[len(FOLDER_PREFIX):]}"
     return PRESET_LABELS.get(value, value)
 
 

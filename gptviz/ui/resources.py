@@ -129,6 +129,36 @@ def shipped_checkpoint(name: str) -> str:
 
 
 _SHIPPED_LOCK = threading.Lock()
+
+
+def model_folder_names() -> list[str]:
+    """The model folders of the server's models directory (``GPTVIZ_MODELS_DIR``) that links may name."""
+    from ..paths import model_folder_names as names
+
+    return names()
+
+
+def folder_model(name: str) -> str:
+    """Open the Hugging Face model folder ``name`` of the server's models directory (``?model=NAME``) and register
+    it for every session: read once (one big load at a time), then shared. ``name`` is looked up among the
+    directory's folders, never used as a path; every failure is a ValueError."""
+    from ..model.pretrained import from_pretrained, model_config
+    from ..paths import model_folder
+
+    folder = model_folder(name)
+    key = f"folder-{name}"
+    if registered(key) is not None:
+        return key
+    with _FOLDER_LOCK:  # opened once even when a class opens it at once
+        if registered(key) is None:
+            with BIG_LOAD.hold():
+                model, tok = from_pretrained(folder)
+            meta = {"source": f"the server's model folder {name!r}", "family": model_config(folder)[1]}
+            register_model(model, tok, f"model folder: {name}", meta, key=key, own=False)
+    return key
+
+
+_FOLDER_LOCK = threading.Lock()
 HUB_GPT2_KEY = "hub-gpt2"
 _HUB_LOCK = threading.Lock()
 

@@ -12,6 +12,7 @@ from ..config import PRESETS
 from ..present import page_context, url_params
 from ..present.page_context import (
     CONFIG_FIELDS,
+    FOLDER_PREFIX,
     URL_FIELDS,
     URL_NOTICES,
     _config_settings,
@@ -46,6 +47,8 @@ def write_url(s: dict[str, Any]) -> None:
     want = {f: str(s[f]) for f in URL_FIELDS if f in s and (f == "preset" or s[f] != base.get(f))}
     if want.get("preset") == opening and len(want) == 1:
         want = {}
+    if want.get("preset", "").startswith(FOLDER_PREFIX):  # a model folder is linked by its name alone
+        want[url_params.MODEL_PARAM] = want.pop("preset")[len(FOLDER_PREFIX):]
     try:
         current = st.query_params.to_dict()
         want.update({k: v for k, v in current.items() if k in PAGE_PARAMS})

@@ -7,6 +7,11 @@ from gptviz import GPT, ModelConfig
 from gptviz.model.checkpoint import checkpoint_bytes
 
 
+def weights_file(at):
+    """The "Weights file" uploader (the model-folder uploader comes first on the page)."""
+    return next(u for u in at.get("file_uploader") if u.key == "wt.upload")
+
+
 def status(at) -> str:
     return next(m.value for m in at.markdown if m.value.startswith("The pages now show"))
 
@@ -33,7 +38,7 @@ def test_upload_a_gptviz_checkpoint():
     cfg = ModelConfig(vocab_size=70, n_layer=1, n_head=2, n_embd=8, block_size=16, seed=3)
     data = checkpoint_bytes(GPT(cfg), None, note="test")
     at = page("weights")
-    at.get("file_uploader")[0].upload("mine.safetensors", data)
+    weights_file(at).upload("mine.safetensors", data)
     at.run()
     at = [b for b in at.button if b.label == "Load this file"][0].click().run()
     ok(at)
@@ -57,7 +62,7 @@ def test_bad_uploads_are_messages_with_no_side_effect(tmp_path):
                                ("notes.safetensors", b"just some text", "not a readable")]:
         at = page("weights")
         before = status(at)
-        at.get("file_uploader")[0].upload(name, data)
+        weights_file(at).upload(name, data)
         at.run()
         at = [b for b in at.button if b.label == "Load this file"][0].click().run()
         ok(at)
@@ -113,7 +118,7 @@ def test_a_huge_upload_is_refused_before_it_is_read(monkeypatch):
     before = status(at)
     monkeypatch.setattr(gptviz.model.checkpoint, "MAX_BYTES", 1000)  # stands in for a multi-GB file
     data = checkpoint_bytes(GPT(ModelConfig()))
-    at.get("file_uploader")[0].upload("huge.safetensors", data)
+    weights_file(at).upload("huge.safetensors", data)
     at.run()
     at = [b for b in at.button if b.label == "Load this file"][0].click().run()
     ok(at)

@@ -34,19 +34,23 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
     norm = "LayerNorm" if cfg.norm == "layernorm" else "RMSNorm"
     pos = {"learned": f"wpe: learned [{cfg.block_size}×{C}]", "sinusoidal": f"sin/cos table [{cfg.block_size}×{C}]",
            "rope": "RoPE (inside attention)", "none": "no position signal"}[cfg.pos_encoding]
-    act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU", "tanh": "tanh"}[cfg.activation]
+    act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU", "tanh": "tanh", "silu": "SiLU"}[cfg.activation]
+    KV = cfg.n_kv_head
     parts = [dict(lines=["token ids x", f"[B={B} × T={T}]"], fill="#fff3d6", edge=None),
              dict(lines=["wte: token embedding", f"[V={V} × C={C}]"], fill="#eef3fb", edge=None)]
     if cfg.pos_encoding in ("learned", "sinusoidal"):
         parts.append(dict(lines=["+"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]", side=(pos, f"[{T}×{C}]")))
     attn_in = f"{norm} ln_1 → " if pre else ""
     mlp_in = f"{norm} ln_2 → " if pre else ""
-    block = [f"× {L} block{'s' if L > 1 else ''}",
-             f"{attn_in}attention: {H} head{'s' if H > 1 else ''} × d_head={D}",
-             f"QKV [{B}×{T}×{3 * H * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual"
+    kv = "" if KV == H else f" ({KV} key/value head{'s' if KV > 1 else ''}, each shared by {H // KV})"
+    block = [f"× {L} block{'s' if L > 1 else ''}" + (" (attention and MLP side by side)" if cfg.parallel_attn else ""),
+             f"{attn_in}attention: {H} head{'s' if H > 1 else ''} × d_head={D}{kv}",
+             f"QKV [{B}×{T}×{(H + 2 * KV) * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual"
              + ("" if pre else f" → {norm} ln_1")]
+    mlp = (f"{mlp_in}gated MLP: {act}({C} → {M}) × ({C} → {M}) → {C}" if cfg.gated_mlp
+           else f"{mlp_in}MLP: {C} → {M} ({act}) → {C}")
     block.append("(attention only: no MLP)" if cfg.attn_only else
-                 f"{mlp_in}MLP: {C} → {M} ({act}) → {C} → + residual" + ("" if pre else f" → {norm} ln_2"))
+                 f"{mlp} → + residual" + ("" if pre else f" → {norm} ln_2"))
     parts.append(dict(lines=block, fill="#e8f5e9", edge=f"[{B}×{T}×{C}]"))
     if pre:
         parts.append(dict(lines=[f"{norm} ln_f"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]"))

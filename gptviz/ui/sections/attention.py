@@ -35,9 +35,14 @@ def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]
     steps += [("2 · One projection makes Q, K and V", a("qkv")),
               ("3 · Split into heads: Q", a("q")), ("3 · Split into heads: K", a("k")),
               ("3 · Split into heads: V", a("v"))]
+    if cfg.n_kv_head != cfg.n_head:
+        steps[-2:] = [(f"3 · Split into key/value heads: K ({cfg.n_kv_head} for {cfg.n_head} query heads)", a("k")),
+                      (f"3 · Split into key/value heads: V ({cfg.n_kv_head})", a("v"))]
     if cfg.pos_encoding == "rope":
         steps += [("3b · Rotate Q by position (RoPE)", a("rot_q")),
                   ("3b · Rotate K by position (RoPE)", a("rot_k"))]
+    if cfg.n_kv_head != cfg.n_head:  # grouped-query attention: each key/value head copied for its query heads
+        steps += [("3c · Repeat K to the query heads", a("k_rep")), ("3c · Repeat V to the query heads", a("v_rep"))]
     steps += [("4 · Scores: Q Kᵀ", a("scores_raw")), ("5 · Scale by 1/√d_head", a("scores_scaled")),
               ("6 · The causal and padding mask", a("attn_scores")),
               ("7 · Softmax: the attention weights", a("pattern")), ("8 · Weighted values: Z = A V", a("z")),

@@ -252,7 +252,13 @@ def saturation(ctx, *, key: str = "sat") -> None:
     if _too_big(ctx, study.MAX_SWEEP_PARAMS, "this study"):
         return
     c1, c2 = st.columns([3, 2])
-    act = c1.radio("Activation", list(ACTIVATIONS), index=list(ACTIVATIONS).index(cfg.activation), horizontal=True,
+    acts = [a for a in ACTIVATIONS if a in study.SATURATION_WORDS]
+    own = cfg.activation if cfg.activation in acts and not cfg.gated_mlp else "gelu"
+    if own != cfg.activation or cfg.gated_mlp:
+        st.caption(f"This model's MLP is {'gated, ' if cfg.gated_mlp else ''}{cfg.activation}: the study uses a plain "
+                   "MLP of the same shape with the activation picked here (saturation is the plain activation's "
+                   "story; a gate multiplies what passes).")
+    act = c1.radio("Activation", acts, index=acts.index(own), horizontal=True,
                    key=f"{key}.act.{cfg.activation}",  # a new shared activation resets this choice to it
                    help="Starts on your model's activation; tanh shows saturation most plainly.")
     std = c2.select_slider("init_std", SAT_CHOICES, value=study.LARGE_STD, key=f"{key}.std")

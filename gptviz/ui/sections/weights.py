@@ -6,7 +6,7 @@ import streamlit as st
 
 from ...model.checkpoint import checkpoint_bytes, load_checkpoint
 from ...model.hook_names import act_name
-from ...present.page_context import CKPT_PREFIX
+from ...present.page_context import CKPT_PREFIX, FOLDER_PREFIX
 from ...run import edits as edit_specs
 from ...run.slots import BIG_LOAD
 from .. import resources
@@ -38,7 +38,7 @@ def current(ctx, *, key: str = "wt") -> None:
                  with_downloads=False)
     if ctx.entry is not None and st.button("Back to the configurable model"):
         s["model_key"] = None
-        s["preset"] = "default" if str(s["preset"]).startswith(CKPT_PREFIX) else s["preset"]
+        s["preset"] = "default" if str(s["preset"]).startswith((CKPT_PREFIX, FOLDER_PREFIX)) else s["preset"]
         st.rerun()
 
 
@@ -71,8 +71,10 @@ def upload(ctx, *, key: str = "wt") -> None:
     st.markdown("A gptviz or Hugging Face GPT-2 `.safetensors` file, or a nanoGPT `ckpt.pt`. Files are read as data "
                 "only: a `.pt` file holding anything but tensors and plain values is refused without being run.")
     up = st.file_uploader("Weights file", type=["safetensors", "pt", "pth", "ckpt", "bin"], key=f"{key}.upload")
-    n_head = st.number_input("Heads (for Hugging Face GPT-2 files only; 0 = n_embd / 64, as in GPT-2)", 0, 128, 0,
-                             key=f"{key}.nh")
+    n_head = st.number_input("Heads (Hugging Face GPT-2 files only; 0 = the released GPT-2 sizes, known by shape)",
+                             0, 128, 0, key=f"{key}.nh",
+                             help="A GPT-2 weights file alone does not say how many heads it has. Open its folder "
+                                  "below (config.json with the weights) to have them read, or give the number here.")
     if up is not None and st.button("Load this file", type="primary", key=f"{key}.load"):
         try:
             with queued(BIG_LOAD, "big-model load"):  # one file read and built at a time on this server
@@ -85,6 +87,43 @@ def upload(ctx, *, key: str = "wt") -> None:
             st.success(f"Loaded {up.name}: {ck.model.num_params():,} parameters.")
             example = meta.get("example")
             _use(ctx, model_key, example if isinstance(example, str) else "")
+
+
+@section("weights.folder")
+def folder(ctx, *, key: str = "wt") -> None:
+    """A Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX): one of the server's, or uploaded."""
+    st.markdown("A model folder as Hugging Face saves it: `config.json`, the `.safetensors` weights (sharded too) and "
+                "`tokenizer.json`. GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2 and GPT-NeoX (Pythia) open with "
+                "their own tokenizer; every page then shows them, grouped-query attention and gated MLPs included.")
+    names = resources.model_folder_names()
+    for name in names:
+        c1, c2 = st.columns([3, 1])
+        c1.markdown(f"**{name}** · link: `?model={name}`")
+        if c2.button(f"Use {name}", key=f"{key}.folder.{name}"):
+            try:
+                with queued(BIG_LOAD, "big-model load"), st.spinner(f"Opening {name}…"):
+                    model_key = resources.folder_model(name)
+            except ValueError as exc:
+                st.error(f"**{name} was not opened:** {exc}")
+            else:
+                ctx.s["preset"] = FOLDER_PREFIX + name
+                _use(ctx, model_key)
+    if not names:
+        st.caption("This server has no models directory. Whoever runs it can set `GPTVIZ_MODELS_DIR` to a folder of "
+                   "model folders: they are listed here, and a link can name one (`?model=NAME`).")
+    files = st.file_uploader("Open a model folder from this computer", accept_multiple_files="directory",
+                             key=f"{key}.folder.up")
+    if files and st.button("Open this folder", type="primary", key=f"{key}.folder.open"):
+        from ...model.pretrained import from_uploaded_files
+
+        try:
+            with queued(BIG_LOAD, "big-model load"), st.spinner("Opening the model folder…"):
+                model, tok = from_uploaded_files([(f.name, f.getvalue()) for f in files])
+        except ValueError as exc:
+            st.error(f"**The folder was not opened:** {exc}")
+        else:
+            label = f"uploaded folder ({model.num_params():,} parameters)"
+            _use(ctx, resources.register_model(model, tok, label, {"source": "an uploaded model folder"}))
 
 
 @section("weights.hub")

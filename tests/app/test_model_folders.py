@@ -1,0 +1,50 @@
+"""Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, GPT-NeoX with
+the parallel block and partial rotary), opened as a class would: a link naming a folder of the server's models
+directory (``?model=NAME``), never a path. Each page opens with no exception and draws; the model it shows is the
+folder's, with the folder's own tokenizer."""
+import os
+
+import pytest
+from apphelp import PAGES, charts, messages, page
+from hf_models import build
+
+pytest.importorskip("transformers")
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "gpt_neox"]
+ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    for family in FOLDER_FAMILIES:
+        (root / family).mkdir()
+        build(family, root / family)
+    (root / "not-a-model").mkdir()  # no config.json: never listed
+    before = os.environ.get("GPTVIZ_MODELS_DIR")
+    os.environ["GPTVIZ_MODELS_DIR"] = str(root)
+    yield root
+    if before is None:
+        os.environ.pop("GPTVIZ_MODELS_DIR", None)
+    else:
+        os.environ["GPTVIZ_MODELS_DIR"] = before
+
+
+@pytest.mark.parametrize("family", FOLDER_FAMILIES)
+@pytest.mark.parametrize("name", list(ALL_PAGES))
+def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
+    monkeypatch.setitem(PAGES, name, ALL_PAGES[name])
+    at = page(name, opening=True, model=family, text="the cat sat on the mat")
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert f"model folder: {family}" in messages(at)  # the sidebar says which model the page shows
+    if name not in ("training", "weights"):
+        assert charts(at), name
+    assert at.query_params.get("model") == [family] or at.query_params.get("model") == family
+
+
+def test_a_link_to_a_folder_that_is_not_there_or_a_path_opens_the_default_with_a_notice(models_dir):
+    for bad in ("not-a-model", "../models/gpt2", "/etc", "nowhere"):
+        at = page("attention", opening=True, model=bad)
+        assert not at.exception
+        assert "there is no model folder called" in messages(at), bad
+        assert "model folder:" not in messages(at)

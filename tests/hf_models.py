@@ -1,0 +1,76 @@
+"""Small Hugging Face models with random weights, saved with a tokenizer trained here: what the tests open with
+``gptviz.from_pretrained`` (the hub can't be reached, and nothing is downloaded)."""
+import torch
+
+TEXT = "the cat sat on the mat, and the dog sat on the log. the cat ran."
+
+
+def train_tokenizer(folder, vocab_size: int, sentencepiece_style: bool = False) -> None:
+    """A BPE tokenizer trained here on a little text and saved as tokenizer.json: byte-level (GPT-2's kind) or
+    SentencePiece-style (▁ for spaces, Llama's kind), with an end-of-text token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None if not sentencepiece_style else "<unk>"))
+    if sentencepiece_style:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        specials = ["<unk>", "<s>", "</s>"]
+        alphabet = []
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        specials = ["<|endoftext|>"]
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet,
+                                  show_progress=False)
+    tok.train_from_iterator([TEXT] * 20, trainer)
+    tok.save(str(folder / "tokenizer.json"))
+
+
+@torch.no_grad()
+def randomise(model) -> None:
+    g = torch.Generator().manual_seed(1)
+    for name, p in model.named_parameters():
+        base = 1.0 if p.dim() == 1 and "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) \
+            else 0.0
+        p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
+
+
+def build(family: str, folder, **extra):
+    """A random ``transformers`` model of ``family`` saved in ``folder`` with a tokenizer trained here."""
+    import transformers as T
+    vocab = 300
+    if family == "gpt2":
+        cfg = T.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=64, **extra)
+        cls = T.GPT2LMHeadModel
+    elif family == "llama":
+        cfg = T.LlamaConfig(vocab_size=vocab, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                            num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                            rope_theta=5000.0, tie_word_embeddings=False, **extra)
+        cls = T.LlamaForCausalLM
+    elif family == "qwen2":
+        cfg = T.Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=56, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=1, head_dim=12, max_position_embeddings=64,
+                            tie_word_embeddings=True, **extra)
+        cls = T.Qwen2ForCausalLM
+    elif family == "mistral":
+        cfg = T.MistralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                              sliding_window=None, **extra)
+        cls = T.MistralForCausalLM
+    else:
+        cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=3, max_position_embeddings=64,
+                              rope_parameters={"rope_type": "default", "rope_theta": 2000.0,
+                                               "partial_rotary_factor": 0.25}, **extra)
+        cls = T.GPTNeoXForCausalLM
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    randomise(model)
+    model.save_pretrained(str(folder))
+    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral"))
+    return model
+
+
+FAMILIES = ["gpt2", "llama", "qwen2", "mistral", "gpt_neox"]
