@@ -18,7 +18,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu")
 
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
-MAX_PARAMS = 200_000_000
+MAX_PARAMS = 600_000_000  # Qwen2.5-0.5B (494M, 1.9 GB of float32 weights) fits; built one at a time (run.slots)
 MAX_TRACE_BYTES = 1_000_000_000
 MAX_TABLE_BYTES = 1_000_000_000  # the position tables a model builds (sin/cos, rotary), at their peak while built
 
