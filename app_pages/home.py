@@ -6,7 +6,7 @@ from gptviz.ui.sections import home as sec
 
 ctx = page_setup("Home", ":material/home:")
 
-st.title("gptviz: watch a small GPT work")
+st.title("gptviz: watch a GPT work")
 sec.welcome(ctx, key="home")
 
 st.subheader("Pages")

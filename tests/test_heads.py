@@ -173,3 +173,18 @@ def test_detect_on_a_padded_batch_scores_only_each_rows_real_positions():
     assert whole.attention_mask is None
     P = whole["blocks.1.attn.hook_pattern"][0].numpy()
     assert {k: float(detect(whole)[k][1, 1]) for k in KINDS} == pytest.approx(by_hand(P[1], idx[0].tolist()), abs=1e-6)
+
+
+def test_the_clearest_head_is_the_best_telling_one_unless_none_reaches_the_bar():
+    """Hand-made scores: a previous-token head at 0.6 beats a first-token head at 0.9 (a resting place, not a
+    behaviour worth a first screen); with every telling score under 0.3 the overall best is shown."""
+    from gptviz.interp.head_detector import clearest_head
+
+    z = np.zeros((2, 3))
+    scores = {k: z.copy() for k in ("previous", "induction", "duplicate", "first", "current")}
+    scores["first"][0, 0] = 0.9
+    scores["previous"][1, 2] = 0.6
+    scores["induction"][0, 1] = 0.5
+    assert clearest_head(scores) == (1, 2, "previous", 0.6)
+    scores["previous"][1, 2] = scores["induction"][0, 1] = 0.2
+    assert clearest_head(scores) == (0, 0, "first", 0.9)

@@ -138,6 +138,26 @@ def best_labels(scores: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(kinds, dtype=object)[best], stack.max(0)
 
 
+# Kinds that say something about the text (a head that looks back one token, or finds earlier copies); a first- or
+# current-token head is a resting place, shown first only when no head of these kinds scores TELLING_MIN.
+TELLING_KINDS = ("previous", "induction", "duplicate")
+TELLING_MIN = 0.3
+
+
+def clearest_head(scores: dict[str, np.ndarray]) -> tuple[int, int, str, float]:
+    """``(layer, head, kind, score)`` of the head to show first: the highest score of a telling kind (previous,
+    induction, duplicate) if one reaches ``TELLING_MIN``, else the highest score of any kind. Ties go to the
+    earliest layer and head."""
+    kinds, best = best_labels(scores)
+    telling = {k: v for k, v in scores.items() if k in TELLING_KINDS}
+    if telling:
+        t_kinds, t_best = best_labels(telling)
+        if float(np.max(t_best)) >= TELLING_MIN:
+            kinds, best = t_kinds, t_best
+    layer, head = (int(i) for i in np.unravel_index(int(np.argmax(best)), best.shape))
+    return layer, head, str(kinds[layer, head]), float(best[layer, head])
+
+
 def detect(tr, b: int = 0, probe_model=None, probe_seed: int = 0) -> dict[str, np.ndarray]:
     """Scores on the trace's own text (row ``b``, padding left out); with ``probe_model``, ``induction``
     and ``duplicate`` come from the repeated-random probe instead (the user's text may repeat nothing)."""

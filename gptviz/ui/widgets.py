@@ -53,8 +53,11 @@ def downloads(name: str, full: np.ndarray, shown=None, key: str = "") -> None:
 
 
 def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optional[str] = None, key: str = "",
-                 grad: bool = False, height: Optional[int] = None, with_downloads: bool = True):
-    """One recorded step (or its gradient) for the selected batch row, as a heatmap with a pager if wide."""
+                 grad: bool = False, height: Optional[int] = None, with_downloads: bool = True,
+                 plot_px: Optional[float] = None):
+    """One recorded step (or its gradient) for the selected batch row, as a heatmap with a pager if wide.
+    ``plot_px``: the plot's width on screen, to write every x label level or upright and apart
+    (``figures.readable_x_labels``) rather than at 45°."""
     tr = ctx.trace(grads=grad)
     info = step_info(tr, name)
     value = tr.grad(name) if grad else tr[name]
@@ -75,7 +78,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     m = step_matrix(value, dc_replace(info, kind=kind) if kind != info.kind else info, labels, ctx.b, head,
                     page, masked=masked(ctx), n_pos=ctx.n_pos)
     t = title or (("∂loss/∂ " if grad else "") + info.title)
-    if head is not None and "head" in info.axes:
+    if head is not None and "head" in info.axes and f"head {head}" not in t:
         t += f" · head {head}"
     sel = ctx.selection
     pairwise = m.row_title == "query" and m.col_title == "key"
@@ -83,6 +86,8 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     fig = figures.heatmap(m, t, show_values=ctx.s.get("show_values", False), height=height,
                           highlight_row=sel[0] if sel and by_pos else None,
                           highlight_col=sel[1] if sel and pairwise else None, clickable=pairwise)
+    if plot_px:
+        fig = figures.readable_x_labels(fig, plot_px)
     chart_key = f"fig.{key}{name}{'.g' if grad else ''}"
     if pairwise:  # click a cell: select that query and key on every chart of the page
         ev = plot(ctx, fig, key=chart_key, on_select="rerun", selection_mode="points")
@@ -207,9 +212,10 @@ def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downl
     return None
 
 
-def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None) -> None:
+def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None, stacked: bool = False) -> None:
     """The loss on the text next to ln V. A model trained on a task shows its loss on the positions that
-    task scores first, the all-positions loss beside it, and a sentence on the difference."""
+    task scores first, the all-positions loss beside it, and a sentence on the difference. ``stacked``: one
+    under another (a narrow column) rather than side by side."""
     import math
 
     from ..run.loss import mean_over, uniform_loss
@@ -220,7 +226,7 @@ def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None
     fmt = (lambda v: "—" if v is None or math.isnan(v) else f"{v:.{precision}f}")
     if ctx.scored_y is not None:
         scored = mean_over(tr[act_name("loss_per_token")], ctx.scored_y)
-        c1, c2, c3 = st.columns(3)
+        c1, c2, c3 = (st.container(), st.container(), st.container()) if stacked else st.columns(3)
         c1.metric("Loss on the scored positions", fmt(scored),
                   help="The positions this model's task scores: the only ones it was trained to predict.")
         c2.metric("Loss on every position", fmt(loss),
@@ -230,7 +236,7 @@ def loss_metrics(ctx: Ctx, precision: int = 3, reference: Optional[float] = None
         st.caption(ctx.task_rule + " The all-positions loss counts those random positions too, so it can be worse "
                    "than guessing uniformly while the model does its task well.")
         return
-    c1, c2 = st.columns(2)
+    c1, c2 = (st.container(), st.container()) if stacked else st.columns(2)
     c1.metric("Loss on your text", fmt(loss),
               help="Cross-entropy of the model's next-token guesses on the text in the sidebar.")
     c2.metric("Uniform guess ln V", fmt(uniform), help=f"The loss of guessing all {ctx.cfg.vocab_size} tokens equally.")

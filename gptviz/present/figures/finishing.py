@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import plotly.graph_objects as go
 
 from .base import FONT, figure, text_px
@@ -162,6 +163,35 @@ def _typed_arrays(node):
         return n
 
     return walk(node)
+
+
+def readable_x_labels(fig: go.Figure, plot_px: float) -> go.Figure:
+    """The same figure with every x tick label readable and apart on a ``plot_px``-wide plot (a first screen, read
+    from the back of a room): level if every label fits its column, else turned upright (-90°, one line of text
+    per column), and only if even that is too tight, every k-th label. Never at 45°, where neighbours cross. Only
+    an axis with its own tick labels (``ticktext``) is changed."""
+    out = go.Figure(fig)
+    ax = out.layout.xaxis
+    vals, text = ax.tickvals, ax.ticktext
+    if vals is None or text is None or not len(vals):
+        return out
+    size = float((ax.tickfont.size if ax.tickfont and ax.tickfont.size else None) or
+                 (out.layout.font.size if out.layout.font and out.layout.font.size else None) or FONT["size"])
+    first = out.data[0] if out.data else None
+    if first is not None and getattr(first, "x", None) is not None:
+        n_cols = len(first.x)
+    elif first is not None and getattr(first, "z", None) is not None:
+        n_cols = np.asarray(first.z).shape[-1]
+    else:
+        n_cols = len(vals)
+    per_col = plot_px / max(1, n_cols, len(vals))
+    if max(text_px(str(s), size) for s in text) + 6 <= per_col:
+        ax.tickangle = 0
+        return out
+    ax.tickangle = -90
+    step = max(1, math.ceil(1.5 * size / per_col))  # an upright label is one line of text: its box ~1.45 × its size
+    ax.tickvals, ax.ticktext = list(vals)[::step], list(text)[::step]
+    return out
 
 
 def styled(fig: go.Figure, font_scale: float = 1.0, height_scale: float = 1.0) -> go.Figure:

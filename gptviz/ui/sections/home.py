@@ -5,28 +5,53 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from ...interp import head_detector
+from ...interp.head_detector import DESCRIPTIONS
 from ...model.hook_names import act_name
 from ...present import figures
 from ..widgets import loss_metrics, step_heatmap
 from . import section
+from .attention import detector_scores
 from .report import download as report_download
 
 
 @section("home.welcome")
 def welcome(ctx, *, key: str = "home") -> None:
-    """What the app does, the loss and parameter count of the model shown, and its attention weights."""
-    left, right = st.columns([2, 3])
+    """What the app does, and the model's clearest attention head, named with its kind and score, large enough
+    to read every token on a projector; beside it the loss and the parameter count."""
+    layer, head, kind, score = _clearest(ctx)
+    left, right = st.columns([4, 1])
     with left:
-        st.markdown(
-            "Type a sentence in the sidebar, pick a tokenizer and the model's shape, then walk the forward pass "
-            "page by page. **Every tensor is a heatmap** with its formula, its line of PyTorch and a sentence on "
-            "what it means. Change anything and everything after it is computed again."
-        )
-        loss_metrics(ctx)
-        st.metric("Parameters", f"{ctx.model.num_params():,}")
+        title = f"Layer {layer}, head {head}: a {kind} head (score {score:.2f})" if kind else \
+            f"Attention weights, layer {layer}"
+        step_heatmap(ctx, act_name("pattern", layer), head=head, title=title, key=key, height=HOME_CHART_PX,
+                     with_downloads=False, plot_px=HOME_PLOT_PX)
     with right:
-        step_heatmap(ctx, act_name("pattern", ctx.layer), head=ctx.head if ctx.head is not None else 0,
-                     title=f"Attention weights, layer {ctx.layer}", key=key, height=380, with_downloads=False)
+        st.markdown("Type a sentence in the sidebar, then walk the forward pass: **every tensor is a heatmap** with "
+                    "its formula, its PyTorch and a sentence.")
+        loss_metrics(ctx, stacked=True)
+        st.metric("Parameters", f"{ctx.model.num_params():,}")
+        if kind:
+            st.caption(f"The head the detector finds clearest on your text: {DESCRIPTIONS[kind]}")
+            if st.button("Open it on Attention", key=f"{key}.open", icon=":material/visibility:"):
+                ctx.s["layer"], ctx.s["head"] = layer, head
+                st.switch_page(ATTENTION_PAGE)
+
+
+# The chart's height, and its plot's width on screen: the cells are square, so the plot is as wide as it is tall
+# (the height less the title and the upright key labels).
+HOME_CHART_PX = 560
+HOME_PLOT_PX = 390
+ATTENTION_PAGE = "app_pages/attention.py"
+
+
+def _clearest(ctx) -> tuple[int, int, str, float]:
+    """(layer, head, kind, score) of the model's clearest head (``head_detector.clearest_head``); the sidebar's
+    layer and head with no kind when the detector can't score this model."""
+    try:
+        return head_detector.clearest_head(detector_scores(ctx))
+    except Exception:  # noqa: BLE001 - the first screen draws whatever the detector makes of an odd model
+        return ctx.layer, ctx.head if ctx.head is not None else 0, "", 0.0
 
 
 @section("home.architecture")

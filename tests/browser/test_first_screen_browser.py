@@ -1,0 +1,69 @@
+"""Real browser: the first screen a teacher puts on a projector (Home, a bare address, 1280×720). It shows the
+opening model's clearest head, named with its kind and score, above the fold, with every token's label on both
+axes and no two labels overlapping; the named score is checked against a hand computation on the model."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.browser
+
+from kit import ROOT, SHOTS, browser, server, wait_for_charts  # noqa: F401 - the fixtures, imported
+
+PROJECTOR = {"width": 1280, "height": 720}
+# Every tick label of the first chart: its text and its box on the screen.
+LABELS_JS = """() => { const g = document.querySelector('.js-plotly-plot');
+    const title = g.querySelector('.gtitle'); const box = g.getBoundingClientRect();
+    const grab = sel => [...g.querySelectorAll(sel)].map(t => { const r = t.getBoundingClientRect();
+        return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; });
+    return {title: title ? title.textContent : '', chart_bottom: box.bottom, x: grab('.xtick text'),
+            y: grab('.ytick text')}; }"""
+
+
+def overlaps(a: dict, b: dict, slack: float = 0.5) -> bool:
+    return (a["left"] < b["right"] - slack and b["left"] < a["right"] - slack
+            and a["top"] < b["bottom"] - slack and b["top"] < a["bottom"] - slack)
+
+
+def previous_token_score(layer: int, head: int, text: str) -> float:
+    """By hand: the opening model's attention weight on the token just before, averaged over positions 1…T-1, read
+    with a forward hook on the model's own softmax output (the app's detector is not used)."""
+    from gptviz.model.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(ROOT / "checkpoints" / "shakespeare.safetensors")
+    got = {}
+    hp = ck.model.transformer.h[layer].attn.hook_pattern
+    handle = hp.register_forward_hook(lambda m, i, o: got.setdefault("p", o.detach()))
+    try:
+        with torch.no_grad():
+            ck.model(torch.tensor([ck.tokenizer.encode(text)]))
+    finally:
+        handle.remove()
+    p = got["p"][0, head].numpy()
+    return float(np.mean([p[i, i - 1] for i in range(1, p.shape[0])]))
+
+
+def test_home_opens_on_the_clearest_head_with_every_label_readable(server, browser):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport=PROJECTOR)
+    page.goto(server + "/")
+    wait_for_charts(page)
+    page.screenshot(path=str(SHOTS / "home_first_screen.png"))
+    got = page.evaluate(LABELS_JS)
+    m = re.match(r"Layer (\d+), head (\d+): an? (\w+) head \(score ([\d.]+)\)", got["title"])
+    assert m, got["title"]
+    layer, head, kind, score = int(m[1]), int(m[2]), m[3], float(m[4])
+    assert kind in ("previous", "induction", "duplicate", "first", "current")
+    text = page.locator("textarea").first.input_value()
+    n_tokens = len(got["y"])
+    assert n_tokens >= 10 and len(got["x"]) == n_tokens  # every token on both axes, none thinned away
+    labels = got["x"] + got["y"]
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            assert not overlaps(a, b), (a, b)
+    assert got["chart_bottom"] <= PROJECTOR["height"]  # the whole chart above the fold
+    assert max(l["bottom"] for l in labels) <= PROJECTOR["height"]
+    if kind == "previous":
+        assert abs(previous_token_score(layer, head, text) - score) < 0.006
+    page.close()
