@@ -110,8 +110,9 @@ def test_right_arrow_moves_to_the_next_step_in_presenter_mode(server, browser):
 
 @pytest.fixture(scope="module")
 def lesson_two(server, browser):
-    """Every step of lesson 2 at 1280×720, walked once with → (and its question answered with the first choice and
-    revealed): what each step showed, its size against the screen, and screenshots in tests/screenshots/."""
+    """Every step of lesson 2 at 1280×720, walked once by keyboard alone: → to move on, 1 to answer its question
+    with the first choice, R to reveal. What each step showed, its size against the screen, and screenshots in
+    tests/screenshots/."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport=PROJECTOR)
     errors = []
@@ -126,12 +127,14 @@ def lesson_two(server, browser):
         page.screenshot(path=str(SHOTS / f"lesson2_step{k:02d}.png"))
         if page.get_by_role("button", name="Reveal").count():
             choice = page.locator("[data-testid='stMain']").get_by_role("radiogroup").locator("label").first
-            picked = choice.inner_text().strip()
-            choice.click()
-            reveal = page.get_by_role("button", name="Reveal", disabled=False)
-            reveal.wait_for(timeout=60_000)  # enabled once an answer is picked
+            picked = re.sub(r"^1 · ", "", choice.inner_text().strip())  # the choices are numbered for their keys
+            blur(page)
+            page.keyboard.press("1")  # the first answer, by its number
+            page.get_by_role("button", name="Reveal", disabled=False).wait_for(timeout=60_000)  # enabled: picked
             settle(page)
-            reveal.click()
+            assert choice.locator("input").is_checked()
+            blur(page)
+            page.keyboard.press("r")  # Reveal (a key Streamlit keeps for rerun: the lesson takes it first)
             page.get_by_text("Answer:").wait_for(timeout=60_000)
             settle(page)
             page.evaluate(TO_TOP_JS)

@@ -47,6 +47,7 @@ _ALWAYS_CSS, _PRESENT_CSS = (STATIC / "lessons.css").read_text(encoding="utf-8")
 LESSON_CSS = _style_block(_ALWAYS_CSS)  # the step counter
 PRESENT_CSS = _style_block(_PRESENT_CSS)  # presenter mode: larger text, less padding
 SCROLL_TOP_JS = (STATIC / "scroll_top.js").read_text(encoding="utf-8").strip()
+REVEAL_KEY_JS = (STATIC / "reveal_key.js").read_text(encoding="utf-8").strip()
 
 
 @dataclass
@@ -240,11 +241,17 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
     """The question, the class's answer, and Reveal (or, once revealed, whether they were right and Ask again)."""
     lid, i = place.lesson.id, place.i
     st.markdown(f"**{question.prompt}**")
-    pick = st.radio("Your answer", list(range(len(question.choices))), index=None, key=f"{key}.answer.{lid}.{i}",
-                    format_func=lambda j: question.choices[j], label_visibility="collapsed", horizontal=True)
+    answer_key = f"{key}.answer.{lid}.{i}"
+    n = len(question.choices)
+    pick = st.radio("Your answer", list(range(n)), index=None, key=answer_key,
+                    format_func=lambda j: f"{j + 1} · {question.choices[j]}" if j < 9 else question.choices[j],
+                    label_visibility="collapsed", horizontal=True)
     if not is_revealed:
+        digit_keys(answer_key, min(n, 9))
         st.button("Reveal", key=f"{key}.reveal.{lid}.{i}", type="primary", on_click=_reveal, args=(key, lid, i),
-                  disabled=pick is None, help="Pick an answer first: commit, then see the truth.")
+                  disabled=pick is None, help="Pick an answer first (or press its number), then reveal the truth "
+                                              "(R).")
+        st.html(f"<script>{REVEAL_KEY_JS}</script>", unsafe_allow_javascript=True)  # R: Streamlit keeps it
         if pick is None and not place.present:  # (in presenter mode the disabled button's tooltip says it)
             st.caption("Pick an answer first, then reveal it.")
         return
@@ -258,6 +265,22 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
                                          "prompt": question.prompt, "answer": question.answer,
                                          "value": question.value}
     st.button("Ask again", key=f"{key}.again.{lid}.{i}", on_click=_ask_again, args=(key, lid, i))
+
+
+def _pick(answer_key: str, j: int) -> None:
+    st.session_state[answer_key] = j
+
+
+def digit_keys(answer_key: str, n: int) -> None:
+    """Keys 1…n pick that answer: one button per choice, each with its digit as its shortcut, drawn out of sight
+    (the radio above is what a mouse uses and what shows the pick)."""
+    with st.container(key=DIGIT_KEYS_BOX):
+        for j in range(n):
+            st.button(str(j + 1), key=f"{answer_key}.digit{j}", shortcut=str(j + 1), on_click=_pick,
+                      args=(answer_key, j))
+
+
+DIGIT_KEYS_BOX = "lesson_digit_keys"  # its CSS class, st-key-lesson_digit_keys, hides it (static/lessons.css)
 
 
 def _answer(question: lessons.Question) -> None:
