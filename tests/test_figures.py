@@ -281,3 +281,23 @@ def test_grouped_query_keys_are_shown_for_the_query_head_that_reads_them():
     assert np.array_equal(rep.values, rot.values) and rep.cols[0] == "h3.0"  # the repeat: the rotated keys again
     qkv = matrices.step_matrix(tr["blocks.0.attn.hook_qkv"], tr.info("blocks.0.attn.hook_qkv"), toks, 0)
     assert qkv.cols[:1] + qkv.cols[15:17] + qkv.cols[23:25] + qkv.cols[-1:] == ["q0", "q15", "k0", "k7", "v0", "v7"]
+
+
+def test_a_palette_swaps_the_three_scales_and_nothing_else():
+    """Written against plotly's own named scales: the colour-blind-safe palette puts PuOr (reversed) where RdBu
+    (reversed) was, YlGnBu where Blues was, and keeps viridis; a trace with its own colours keeps them, and the
+    figure it came from is unchanged."""
+    from plotly.colors import get_colorscale
+
+    m = lambda kind: matrices.Matrix(np.arange(4.0).reshape(2, 2) / 4 - (0.3 if kind == "signed" else 0),
+                                     ["a", "b"], ["c", "d"], "query", "key", kind)
+    for kind, want in (("signed", "PuOr_r"), ("probability", "YlGnBu"), ("nonnegative", "Viridis")):
+        fig = figures.heatmap(m(kind), kind)
+        before = json.dumps(fig.to_plotly_json(), default=str)
+        spec = figures.recolour(fig.to_plotly_json(), "colour-blind safe")
+        heat = [t for t in spec["data"] if t.get("name") != "masked"][0]
+        assert [list(map(str, s)) for s in heat["colorscale"]] == [list(map(str, s)) for s in get_colorscale(want)]
+        assert json.dumps(fig.to_plotly_json(), default=str) == before
+        assert figures.recolour(fig.to_plotly_json(), "default") == fig.to_plotly_json()
+    own = {"data": [{"type": "heatmap", "colorscale": [[0, "#dbe8fb"], [1, "#dbe8fb"]]}], "layout": {}}
+    assert figures.recolour(own, "colour-blind safe") == own

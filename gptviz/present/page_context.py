@@ -80,6 +80,7 @@ def defaults() -> dict[str, Any]:
         "layer": 0,
         "head": 0,
         "show_values": False,
+        "palette": "default",
         "edit_shape": False,
         "step": 0,
         "untrained": False,
@@ -94,7 +95,7 @@ URL_NOTICES = "_url_notices"
 # The settings a link carries: the model, the text, and the layer and head in view (so a link, or a reload after
 # the server restarted, opens the same view).
 URL_FIELDS = ["preset", "text", "source", "tokenizer", "merges", "lowercase", "untrained", "layer", "head",
-              *CONFIG_FIELDS]
+              "palette", *CONFIG_FIELDS]
 
 
 def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:

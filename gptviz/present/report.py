@@ -91,10 +91,11 @@ def step_figure(ctx, tr: Trace, name: str):
     return fig, m
 
 
-def _fig_json(fig) -> str:
-    """The figure as JSON for ``Plotly.newPlot``, safe inside a <script>: no template (plotly.js's defaults),
-    and every ``<``, ``>`` and ``&`` written as a JSON escape, so a token can never close the script."""
-    d = fig.to_plotly_json()
+def _fig_json(fig, palette: str = "default") -> str:
+    """The figure as JSON for ``Plotly.newPlot`` in the viewer's ``palette``, safe inside a <script>: no template
+    (plotly.js's defaults), and every ``<``, ``>`` and ``&`` written as a JSON escape, so a token can never close
+    the script."""
+    d = figures.recolour(fig.to_plotly_json(), palette)
     layout = dict(d.get("layout") or {})
     layout.pop("template", None)  # 10 kB a figure; plotly.js's own defaults look the same for a heatmap
     layout["autosize"] = True
@@ -276,7 +277,8 @@ def report_html(ctx, *, notices: Sequence[Any] = (), trace: Optional[Trace] = No
             f"<p class=\"meta\"><code>{_e(name)}</code> · {_e(shape)} · values: {_e(info.kind)}"
             + (f" · {_e(m.note)}" if m.note else "") + "</p>"
             f"<div class=\"figure\" id=\"fig-{i}\"></div>"
-            f"<script type=\"text/javascript\">gptvizPlot(\"fig-{i}\", {_fig_json(fig)});</script>"
+            f"<script type=\"text/javascript\">gptvizPlot(\"fig-{i}\", "
+            f"{_fig_json(fig, str(ctx.s.get('palette', 'default')))});</script>"
             f"<p>{_e(info.explanation)}</p><pre class=\"formula\">{_e(info.formula)}</pre>"
             f"<pre class=\"code\">{_e(info.code)}</pre></section>")
     add("<h2 id=\"loss\">The loss</h2>" + _loss_section(ctx, tr))

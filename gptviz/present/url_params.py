@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 from ..config import ACTIVATIONS, NORM_PLACEMENTS, NORMS, POS_ENCODINGS, PRESETS
 from ..paths import CHECKPOINTS, MODEL_NAME, model_folder_names
 from ..text.tokenizers import TOKENIZER_NAMES
+from .figures.base import PALETTE_NAMES
 from .page_context import CKPT_PREFIX, CONFIG_FIELDS, FOLDER_PREFIX, URL_FIELDS, Notice, _config_settings, defaults
 
 # Address-bar parameters a page owns and checks itself (the Lessons page): passed through untouched.
@@ -61,6 +62,7 @@ PARAMS: dict[str, Param] = {
     # the view: clamped again to the model's own layers and heads once it is built
     "layer": Param("int", 0, 47),
     "head": Param("int", -1, 63),  # -1: all heads
+    "palette": Param("choice", options=PALETTE_NAMES),  # every chart's colours (colour-blind safe, …)
     # the model's shape
     "n_layer": Param("int", 1, 48),
     "n_head": Param("int", 1, 64),

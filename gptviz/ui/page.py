@@ -182,6 +182,9 @@ def _view_settings(s: dict) -> None:
     sb = st.sidebar
     sb.markdown("### View")
     _w("checkbox", "show_values", "Numbers in cells (small tensors)", s)
+    _w("radio", "palette", "Colours", s, options=list(url_params.widget("palette")["options"]), horizontal=True,
+       help="Every chart's colours, here and in the HTML report. Colour-blind safe: purple–white–orange for signed "
+            "values and yellow–green–blue for probabilities, which read the same with red–green colour blindness.")
     _w("radio", "export_format", "Chart download (camera button)", s, options=list(EXPORT_FORMATS),
        format_func=EXPORT_FORMATS.get, horizontal=True,
        help="What every chart's camera button saves. The HTML report (Home) has both on every chart.")

@@ -290,8 +290,10 @@ def plot(ctx: Optional[Ctx], fig, key: str, **kw):
     if scale != 1.0:  # larger labels: as many row labels as fit the plot's height, never overlapping
         rows_px = (fig.layout.height or 450) - 170
         _thin_ticks(fig, int(18 / scale), max(4, int(rows_px / (14 * scale * 1.3))))
-    fig = figures.finished(fig)  # fixed margins (automatic ones cost the browser a second drawing), sent as is
-    fmt = str((getattr(ctx, "s", None) or {}).get("export_format", "png"))
+    s = getattr(ctx, "s", None) or {}
+    # fixed margins (automatic ones cost the browser a second drawing), the viewer's palette, sent as is
+    fig = figures.finished(fig, palette=str(s.get("palette", "default")))
+    fmt = str(s.get("export_format", "png"))
     return st.plotly_chart(fig, width="stretch", key=key, config=export_config(fmt, key), **kw)
 
 

@@ -16,6 +16,8 @@ from .base import (
                    MAX_TEXT_CELLS,
                    MAX_TICKS,
                    NONNEG_SCALE,
+                   PALETTE_NAMES,
+                   PALETTES,
                    PROB_SCALE,
                    SIGNED_SCALE,
                    TICK_FONT,
@@ -33,7 +35,7 @@ from .base import (
                    wrap,
 )
 from .charts import bar_chart, line_chart
-from .finishing import FinishedFigure, finish_spec, finished, fixed_margins, readable_x_labels, styled
+from .finishing import FinishedFigure, finish_spec, finished, fixed_margins, readable_x_labels, recolour, styled
 from .heatmaps import (
                    HEAD_SHORT,
                    HIGHLIGHT,
@@ -53,7 +55,8 @@ __all__ = [
     "architecture_dot", "architecture_html", "architecture_parts", "axis", "bar_chart", "base_layout", "cell_points",
     "color_args",
     "escape_label", "escape_labels", "escape_markup", "figure", "finish_spec", "finished", "FinishedFigure",
-    "fixed_margins", "head_grid", "heatmap", "readable_x_labels", "line_chart",
+    "fixed_margins", "head_grid", "heatmap", "readable_x_labels", "recolour", "line_chart", "PALETTES",
+    "PALETTE_NAMES",
     "outline_shapes", "side_by_side",
     "styled", "text_px", "ticks", "tiled_heatmap", "token_chips_html", "token_grid", "unique_labels", "wrap",
 ]

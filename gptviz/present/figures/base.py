@@ -27,6 +27,16 @@ MASK_COLOR = "#9a9a9a"
 SIGNED_SCALE = get_colorscale("RdBu_r")  # blue below 0, white at 0, red above
 PROB_SCALE = get_colorscale("Blues")  # white at 0, dark blue at 1
 NONNEG_SCALE = get_colorscale("Viridis")
+# The palettes a viewer can pick (sidebar and ``?palette=``): each maps the three scales above to its own. The
+# colour-blind-safe one keeps a diverging scale for signed values (ColorBrewer's PuOr) and a sequential one for
+# probabilities (ColorBrewer's YlGnBu: pale yellow at 0, dark blue at 1), both marked safe for the common colour
+# blindnesses, and neither passing through the masked cells' grey (cividis does); viridis already is safe.
+PALETTES = {
+    "default": {"signed": SIGNED_SCALE, "probability": PROB_SCALE, "nonnegative": NONNEG_SCALE},
+    "colour-blind safe": {"signed": get_colorscale("PuOr_r"), "probability": get_colorscale("YlGnBu"),
+                          "nonnegative": NONNEG_SCALE},
+}
+PALETTE_NAMES = tuple(PALETTES)
 MAX_TEXT_CELLS = 400  # numbers in cells only for small tensors
 MAX_TICKS = 48
 # How wide a label is, without a browser: a character of an ASCII label is about 0.62 em wide; others up to 1 em.

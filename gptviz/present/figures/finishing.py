@@ -12,7 +12,7 @@ import re
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import FONT, figure, text_px
+from .base import FONT, PALETTES, figure, text_px
 
 
 def _axis_labels(lay: dict, key: str, data: list) -> list:
@@ -135,16 +135,41 @@ class FinishedFigure(go.Figure):
         return f"FinishedFigure({len(self._finished.get('data', []))} traces)"
 
 
-def finished(fig: go.Figure, plot_width: int = 700) -> go.Figure:
+def _scale_key(scale) -> tuple:
+    try:
+        return tuple((round(float(a), 6), str(b)) for a, b in scale)
+    except (TypeError, ValueError):
+        return ()
+
+
+_DEFAULT_SCALES = {_scale_key(v): k for k, v in PALETTES["default"].items()}
+
+
+def recolour(spec: dict, palette: str) -> dict:
+    """A figure's plain dict with its colour scales swapped for ``palette``'s (``PALETTES``): a trace on the
+    default signed, probability or non-negative scale gets the palette's own; nothing else changes. New dicts
+    for what changes; ``spec`` is left as it was."""
+    if palette not in PALETTES or palette == "default":
+        return spec
+    scales = PALETTES[palette]
+    data = []
+    for t in spec.get("data") or []:
+        kind = _DEFAULT_SCALES.get(_scale_key(t.get("colorscale") or ())) if isinstance(t, dict) else None
+        data.append(dict(t, colorscale=scales[kind]) if kind else t)
+    return dict(spec, data=data)
+
+
+def finished(fig: go.Figure, plot_width: int = 700, palette: str = "default") -> go.Figure:
     """``fig`` with fixed margins, ready for ``st.plotly_chart``, without copying it: ``finish_spec`` copies only
     the few dicts it changes, and the rest is read where the figure holds it (Plotly 6 keeps a figure's arrays in
     base64 from the moment it is built, so they are sent as its ``to_dict`` would send them). ``fig`` is left as
     it was."""
     data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)  # Plotly's own (pinned) storage
     if not (isinstance(data, list) and isinstance(layout, dict)):
-        return FinishedFigure(finish_spec(fig.to_plotly_json(), plot_width) or fig.to_plotly_json())
-    spec = _typed_arrays({"data": data, "layout": layout})
-    return FinishedFigure(finish_spec(spec, plot_width) or spec)
+        spec = fig.to_plotly_json()
+    else:
+        spec = _typed_arrays({"data": data, "layout": layout})
+    return FinishedFigure(recolour(finish_spec(spec, plot_width) or spec, palette))
 
 
 def _typed_arrays(node):

@@ -9,7 +9,7 @@ from ...model.hook_names import act_name
 from ...present import figures, matrices
 from ...present.descriptions import step_info
 from ...run import edits as edit_specs
-from ..widgets import head_step, step_heatmap
+from ..widgets import head_step, plot, step_heatmap
 from . import section
 
 
@@ -50,9 +50,8 @@ def param_grads(ctx, *, key: str = "bw") -> None:
     names_p = list(pg)
     norms = [pg[n] for n in names_p]
     if norms:
-        st.plotly_chart(figures.bar_chart([n.replace("transformer.", "") for n in names_p], norms,
+        plot(ctx, figures.bar_chart([n.replace("transformer.", "") for n in names_p], norms,
                                           title="‖∂loss/∂W‖ for each weight", x_title="gradient norm",
-                                          highlight=int(np.argmax(norms))),
-                        width="stretch", key=f"{key}.params")
+                                          highlight=int(np.argmax(norms))), key=f"{key}.params")
         st.caption("The largest bar (red) is the weight the next training step would move most. "
                    "These are the gradients of the loss on your text, before any optimiser.")

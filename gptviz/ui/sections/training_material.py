@@ -13,6 +13,7 @@ from ...run.slots import TRAINING
 from ...run.trace import trace
 from ...training.reversal import MATERIAL_LOOP_CODE, material_recipe
 from ..waiting import queued
+from ..widgets import plot
 from . import section
 from .training import LR_MAX
 
@@ -52,10 +53,10 @@ def material_loop(ctx, *, key: str = "train") -> None:
         return
     loss = run["loss"]
     V = run["model"].config.vocab_size
-    st.plotly_chart(figures.line_chart({"loss (whole batch)": loss}, x=list(range(len(loss))),
+    plot(ctx, figures.line_chart({"loss (whole batch)": loss}, x=list(range(len(loss))),
                                        title="The material's training loop: loss", x_title="SGD step",
                                        y_title="cross-entropy", hlines={"uniform guess ln V": uniform_loss(V)}),
-                    width="stretch", key=f"{key}.material.loss")
+         key=f"{key}.material.loss")
     c1, c2, c3 = st.columns(3)
     c1.metric("Loss before training", f"{loss[0]:.3f}")
     c2.metric(f"Loss after {len(loss) - 1} steps", f"{loss[-1]:.3f}", delta=f"{loss[-1] - loss[0]:+.3f}",
@@ -64,9 +65,8 @@ def material_loop(ctx, *, key: str = "train") -> None:
     tr = trace(run["model"], run["inputs"], enc_out=run["enc_out"]).numpy()
     H = run["model"].config.n_head
     tiles = [[tr[act_name("pattern", 0, "cross_attn")][0, h] for h in range(H)]]
-    st.plotly_chart(figures.tiled_heatmap(tiles, ["L0"], [f"H{h}" for h in range(H)],
+    plot(ctx, figures.tiled_heatmap(tiles, ["L0"], [f"H{h}" for h in range(H)],
                                           title="Cross-attention after the loop, batch row 0 (rows: decoder position, "
-                                                "columns: encoder position)"),
-                    width="stretch", key=f"{key}.material.cross")
+                                                "columns: encoder position)"), key=f"{key}.material.cross")
     st.caption(f"{len(loss) - 1} steps at lr {run['lr']:g} in {run['seconds']:.1f} s. The encoder output is random, "
                "so cross-attention has nothing to align with here: the loop is about the mechanics of training.")

@@ -40,8 +40,7 @@ def _show_current(ctx, key: str) -> None:
     m = matrices.step_matrix(tr[name], step_info(tr, name), ctx.labels(), ctx.b, ctx.head or 0, masked=mk,
                              n_pos=ctx.n_pos)
     when = " of the model shown (decoder self-attention)" if ctx.cfg.n_enc_layer >= 0 else ", before training"
-    st.plotly_chart(figures.heatmap(m, f"Now: layer {ctx.layer} head {ctx.head or 0} attention{when}"),
-                    width="stretch", key=f"{key}.now")
+    plot(ctx, figures.heatmap(m, f"Now: layer {ctx.layer} head {ctx.head or 0} attention{when}"), key=f"{key}.now")
     st.info("Press **Start training** below. The loss curve draws itself as it goes, and afterwards every page shows "
             "the trained model. Try *induction* and replay the attention pattern forming, snapshot by snapshot.")
 
@@ -73,23 +72,21 @@ def _show_replay(ctx, key: str, run: dict) -> None:
     info = step_info(tr, name)
     m = matrices.step_matrix(tr[name], info, labels, 0, H if "head" in info.axes else None, masked=mk)
     who = f"head {H} · " if "head" in info.axes else ""
-    st.plotly_chart(figures.heatmap(m, f"{info.title} · {who}step {snaps[i][0]} on “{run['example']}”"),
-                    width="stretch", key=f"{key}.replay")
+    plot(ctx, figures.heatmap(m, f"{info.title} · {who}step {snaps[i][0]} on “{run['example']}”"), key=f"{key}.replay")
     tiles = [[tr[act_name("pattern", l)][0, h] for h in range(model.config.n_head)]
              for l in range(model.config.n_layer)]
-    st.plotly_chart(figures.tiled_heatmap(tiles, [f"L{l}" for l in range(model.config.n_layer)],
+    plot(ctx, figures.tiled_heatmap(tiles, [f"L{l}" for l in range(model.config.n_layer)],
                                           [f"H{h}" for h in range(model.config.n_head)],
                                           title=f"Every head at step {snaps[i][0]}", masked=mk),
-                    width="stretch", key=f"{key}.replay.all")
+         key=f"{key}.replay.all")
     series = {"training loss": hist.loss}
-    st.plotly_chart(figures.line_chart(series, x=hist.steps, title="Loss during training", x_title="step",
+    plot(ctx, figures.line_chart(series, x=hist.steps, title="Loss during training", x_title="step",
                                        y_title="cross-entropy",
                                        hlines={"uniform guess ln V": uniform_loss(model.config.vocab_size)}),
-                    width="stretch", key=f"{key}.loss")
+         key=f"{key}.loss")
     if run["task"] in ("sort", "induction"):
-        st.plotly_chart(figures.line_chart({"held-out accuracy": hist.accuracy}, x=hist.eval_steps, title="Accuracy",
-                                           x_title="step", y_title="share of tokens right"),
-                        width="stretch", key=f"{key}.acc")
+        plot(ctx, figures.line_chart({"held-out accuracy": hist.accuracy}, x=hist.eval_steps, title="Accuracy",
+                                           x_title="step", y_title="share of tokens right"), key=f"{key}.acc")
     st.caption(f"{'Stopped' if run['stopped'] else 'Finished'} at step {hist.steps[-1] if hist.steps else 0}, "
                f"{hist.seconds:.1f} s, final held-out loss {hist.eval_loss[-1]:.3f}.")
 

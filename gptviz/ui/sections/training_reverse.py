@@ -19,13 +19,14 @@ from ...training.reversal import REVERSE_RECIPE, alignment, train_reverse
 from ...training.tasks import ReverseTask
 from .. import resources, state
 from ..waiting import queued
+from ..widgets import plot
 from . import section
 from .training import DONE, LR_MAX
 
 S2S_RUN = "gptviz.train.reverse"  # the last reversal run of this session: model key, history, alignment
 
 
-def cross_heatmap(model, tok, source: str, decoder: str, head: int, title: str, key: str):
+def cross_heatmap(model, tok, source: str, decoder: str, head: int, title: str, key: str, ctx=None):
     """The model's cross-attention (layer 0, one head) on one source and its teacher-forced decoder text:
     rows decoder tokens, columns the source's letters."""
     src, dec = tok.encode(source), tok.encode(decoder)
@@ -33,7 +34,7 @@ def cross_heatmap(model, tok, source: str, decoder: str, head: int, title: str, 
     name = act_name("pattern", 0, "cross_attn")
     m = matrices.step_matrix(tr[name], step_info(tr, name), [tok.token_str(i) for i in dec], 0, head,
                           key_tokens=[tok.token_str(i) for i in src])
-    st.plotly_chart(figures.heatmap(m, title), width="stretch", key=key)
+    plot(ctx, figures.heatmap(m, title), key=key)
 
 
 @section("training.reverse")
@@ -105,10 +106,10 @@ def reverse(ctx, *, key: str = "train") -> None:
             f"{hist['accuracy'][-1]:.1%}. Every page now shows this model (the Attention page's cross-attention "
             "first); “Reset to defaults” in the sidebar goes back to the untrained one.")
         st.rerun()
-    _last_reverse_run(key)
+    _last_reverse_run(ctx, key)
 
 
-def _last_reverse_run(key: str) -> None:
+def _last_reverse_run(ctx, key: str) -> None:
     """The session's last reversal run: loss, accuracy, each head's alignment score and its cross-attention."""
     run = st.session_state.get(S2S_RUN)
     if run is None:
@@ -121,16 +122,15 @@ def _last_reverse_run(key: str) -> None:
         return
     c1, c2 = st.columns(2)
     with c1:
-        st.plotly_chart(figures.line_chart({"training loss": hist["loss"]}, x=hist["steps"],
+        plot(ctx, figures.line_chart({"training loss": hist["loss"]}, x=hist["steps"],
                                            title="Loss during training (reverse)", x_title="step",
                                            y_title="cross-entropy",
                                            hlines={"uniform guess ln V": uniform_loss(entry.model.config.vocab_size)}),
-                        width="stretch", key=f"{key}.reverse.loss")
+             key=f"{key}.reverse.loss")
     with c2:
-        st.plotly_chart(figures.line_chart({"held-out accuracy": hist["accuracy"]}, x=hist["eval_steps"],
+        plot(ctx, figures.line_chart({"held-out accuracy": hist["accuracy"]}, x=hist["eval_steps"],
                                            title="Accuracy (reverse)", x_title="step",
-                                           y_title="share of letters right"),
-                        width="stretch", key=f"{key}.reverse.acc")
+                                           y_title="share of letters right"), key=f"{key}.reverse.acc")
     align = np.asarray(run["align"])
     L, H = align.shape
     st.markdown("**Alignment**: the cross-attention weight on the aligned source letter (7 − t for output position t), "
@@ -144,6 +144,6 @@ def _last_reverse_run(key: str) -> None:
     meta = entry.meta
     cross_heatmap(entry.model, entry.tokenizer, meta["example"], meta["decoder_example"], head,
                   f"Cross-attention after training · layer 0 head {head} on “{meta['example']}”",
-                  f"{key}.reverse.cross")
+                  f"{key}.reverse.cross", ctx)
     st.caption(f"Finished at step {hist['steps'][-1]}, {hist['seconds']:.1f} s. Rows: what the "
                "decoder reads; columns: the source letters the encoder read.")
