@@ -6,6 +6,7 @@ model (cross-attention) is a ``Seq2Seq``, and ``build_model(config)`` makes whic
 folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX) with its tokenizer.
 """
 from .config import PRESET_DESCRIPTIONS, PRESETS, ModelConfig, preset
+from .interp.attribution import attention_rollout, integrated_gradients
 from .model.build import build_model
 from .model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .model.encoder_decoder import Seq2Seq
@@ -23,7 +24,7 @@ from .text.tokenizers import TOKENIZER_NAMES, CharBPETokenizer, TiktokenTokenize
 __all__ = [
     "PRESETS", "PRESET_DESCRIPTIONS", "ModelConfig", "preset", "BUILTIN_TEXT", "Batch", "encode_batch",
     "pad_batch", "stream_batch", "loss_breakdown", "GPT", "HookPoint", "Seq2Seq", "build_model", "from_hf_gpt2",
-    "from_pretrained",
+    "from_pretrained", "attention_rollout", "integrated_gradients",
     "StepInfo", "describe",
     "TOKENIZER_NAMES", "CharBPETokenizer", "TiktokenTokenizer", "TokenizerUnavailable", "get_tokenizer",
     "Trace", "trace", "Checkpoint", "load_checkpoint", "save_checkpoint", "act_name",
