@@ -2,7 +2,7 @@
 import streamlit as st
 
 from gptviz.ui import page_setup
-from gptviz.ui.sections import who
+from gptviz.ui.sections import attribution, who
 
 ctx = page_setup("Who did it", ":material/insights:")
 st.title("Who did it?")
@@ -17,3 +17,6 @@ who.direct_logit_attribution(ctx, key="dla")
 
 st.header("3 · Compare two prompts: activation patching")
 who.compare_prompts(ctx, key="cmp")
+
+st.header("4 · Which input tokens? Attention, rollout and integrated gradients")
+attribution.token_attribution(ctx, key="attr")

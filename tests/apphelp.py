@@ -18,6 +18,7 @@ PAGES = {
     "training": "app_pages/training.py",
     "generation": "app_pages/generation.py",
     "weights": "app_pages/model_and_weights.py",
+    "who": "app_pages/who_did_it.py",
 }
 TIMEOUT = 120  # torch's first import alone can take seconds
 
