@@ -29,9 +29,9 @@ def _logit_gap(position: int, target: int) -> float:
 
 def test_three_readings_of_one_prediction():
     at = ok(page("who", preset="default", layer=1, head=1))
-    att = chart(at, "Attention (layer 1, head 1)")
-    roll = chart(at, "Attention rollout")
-    ig = chart(at, "Integrated gradients")
+    att = chart(at, "Attention L1 H1")
+    roll = chart(at, "Rollout")
+    ig = chart(at, "Int. gradients")
     seen, _ = engine_run()
     pattern = seen["blocks.1.attn.hook_pattern"][0, 1]
     T = pattern.shape[0]

@@ -33,7 +33,8 @@ def _ig(cfg_json: str, model_key: Optional[str], ids: tuple, position: int, targ
 @section("who.token_attribution")
 def token_attribution(ctx, *, key: str = "attr") -> None:
     """For one position's prediction of one token: the chosen head's attention row, the rollout row, and each
-    token's integrated-gradients attribution, as three bar charts over the same tokens."""
+    token's integrated-gradients attribution, as three bar charts over the same tokens (short titles: three fit
+    side by side on a projector)."""
     if ctx.cfg.n_enc_layer >= 0:
         st.info("Token attribution is for decoder-only models; this one reads a source through cross-attention.")
         return
@@ -54,16 +55,16 @@ def token_attribution(ctx, *, key: str = "attr") -> None:
     roll = attention_rollout(tr)[b, pos, : pos + 1]
     ig, delta = _ig(ctx.cfg_json, ctx.model_key, ids, int(pos), int(target))
     ig = np.asarray(ig)[: pos + 1]
-    who = f"layer {ctx.layer}, head {head}" if head is not None else f"layer {ctx.layer}, heads averaged"
+    who = f"L{ctx.layer} H{head}" if head is not None else f"L{ctx.layer}, heads averaged"
     a, r, g = st.columns(3)
     with a:
-        plot(ctx, figures.bar_chart(shown, att.tolist(), title=f"Attention ({who})", x_title="weight",
+        plot(ctx, figures.bar_chart(shown, att.tolist(), title=f"Attention {who}", x_title="weight",
                                     highlight=int(np.argmax(att)), prob=True), key=f"{key}.att")
     with r:
-        plot(ctx, figures.bar_chart(shown, roll.tolist(), title="Attention rollout (every layer)", x_title="share",
+        plot(ctx, figures.bar_chart(shown, roll.tolist(), title="Rollout (all layers)", x_title="share",
                                     highlight=int(np.argmax(roll)), prob=True), key=f"{key}.roll")
     with g:
-        plot(ctx, figures.bar_chart(shown, ig.tolist(), title="Integrated gradients",
+        plot(ctx, figures.bar_chart(shown, ig.tolist(), title="Int. gradients",
                                     x_title="attribution to the logit", highlight=int(np.argmax(np.abs(ig)))),
              key=f"{key}.ig")
     edits = not edit_specs.is_empty(ctx.s.get("edits") or edit_specs.EMPTY)
