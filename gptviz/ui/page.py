@@ -9,6 +9,7 @@ import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
 from ..present import url_params
+from ..present.notebook import notebook_bytes
 from ..present.page_context import CKPT_PREFIX, FOLDER_PREFIX, Ctx, Notice, resolve
 from ..run import edits as edit_specs
 from . import resources, state
@@ -230,6 +231,10 @@ def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
     selection_note(ctx)
     st.sidebar.caption(f"vocab_size = {ctx.cfg.vocab_size:,}, set by the tokenizer · "
                        f"{ctx.cfg.num_params():,} parameters")
+    st.sidebar.download_button("⬇ This view as a notebook", data=lambda: notebook_bytes(ctx),
+                               file_name="gptviz-view.ipynb", mime="application/x-ipynb+json", on_click="ignore",
+                               width="stretch", help="A Jupyter notebook that rebuilds this model, text, edits and "
+                                                     "the attention pattern in view with gptviz's own API.")
     st.sidebar.button("Reset to defaults", on_click=state.reset, width="stretch",
                       help="Forget every setting and edit of this session and start again from the default model.")
     state.write_url(s)
