@@ -87,6 +87,10 @@ def test_a_reloaded_page_returns_to_its_view_after_a_server_restart(browser):
         proc = _start(port)  # a new process on the same address: no session of the old one survives
         page.reload()
         wait_for_charts(page)
+        # a new process works out the head detector's probe first: its grid may come a moment after the pattern
+        page.wait_for_function("(n) => document.querySelectorAll('.js-plotly-plot .gtitle').length >= n",
+                               arg=len(before["titles"]), timeout=90_000, polling=100)
+        wait_for_charts(page)
         after = _view(page)
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "after_restart.png"))
