@@ -301,3 +301,19 @@ def test_a_palette_swaps_the_three_scales_and_nothing_else():
         assert figures.recolour(fig.to_plotly_json(), "default") == fig.to_plotly_json()
     own = {"data": [{"type": "heatmap", "colorscale": [[0, "#dbe8fb"], [1, "#dbe8fb"]]}], "layout": {}}
     assert figures.recolour(own, "colour-blind safe") == own
+
+
+def test_a_chart_in_words_names_its_largest_values_and_their_labels():
+    """For a screen reader: a heatmap's three largest cells (in size, for signed values) with their row and column
+    labels, read from a matrix written here; a bar chart's largest bars; a line's ends. A token shown escaped in the
+    chart (``<b>``) is read as itself."""
+    z = np.array([[0.1, 0.7], [0.05, -0.9]])
+    fig = figures.heatmap(matrices.Matrix(z, ["<b>", "dog"], ["x", "y"], "query", "key", "signed"), "scores")
+    words = figures.in_words(figures.finished(fig).to_dict())
+    assert words.startswith("scores. A 2 × 2 heatmap. Largest values in size: -0.9 at row dog, column y; 0.7 at "
+                            "row <b>, column y; 0.1 at row <b>, column x."), words
+    bars = figures.in_words(figures.finished(figures.bar_chart(["a", "b", "c"], [0.2, -3.0, 1.0], title="norms"))
+                            .to_dict())
+    assert bars == "norms. Largest bars: b -3; c 1; a 0.2."
+    line = figures.in_words(figures.line_chart({"loss": [4.0, 2.5, 1.25]}, title="Loss").to_dict())
+    assert line == "Loss. loss from 4 to 1.25 (lowest 1.25) over 3 points."

@@ -294,6 +294,7 @@ def plot(ctx: Optional[Ctx], fig, key: str, **kw):
     # fixed margins (automatic ones cost the browser a second drawing), the viewer's palette, sent as is
     fig = figures.finished(fig, palette=str(s.get("palette", "default")))
     fmt = str(s.get("export_format", "png"))
+    kw.setdefault("alt", figures.in_words(fig.to_dict()) or None)  # the chart in words, for a screen reader
     return st.plotly_chart(fig, width="stretch", key=key, config=export_config(fmt, key), **kw)
 
 

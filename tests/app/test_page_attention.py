@@ -149,3 +149,22 @@ def test_clicking_a_cell_reads_the_query_and_key():
 
     assert clicked_cell({"selection": {"points": [{"x": "2: 'c'", "y": "4: 'a' [4]"}]}}) == (4, 2)
     assert clicked_cell({"selection": {"points": []}}) is None and clicked_cell(None) is None
+
+
+def test_the_pattern_is_told_in_words_for_a_screen_reader():
+    """The chart's alt text names its largest weights with their tokens: checked against the pattern of a plain
+    forward pass (apphelp.engine_run) and the tokenizer's own token strings."""
+    from apphelp import engine_run
+
+    from gptviz import encode_batch, get_tokenizer
+    from gptviz.text.batches import DEFAULT_PROMPT
+
+    at = page("attention", layer=1, head=1)
+    (proto,) = [c.proto for c in at.get("plotly_chart") if "L1 attention weights" in c.proto.spec]
+    seen, _ = engine_run()
+    p = seen["blocks.1.attn.hook_pattern"][0, 1]
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    ids = encode_batch(tok, DEFAULT_PROMPT, 32).x[0].tolist()
+    q, k = np.unravel_index(int(np.argmax(p)), p.shape)
+    assert proto.alt.startswith("L1 attention weights · head 1. A ")
+    assert f"{p[q, k]:.3g} at row " in proto.alt and f"{tok.token_str(ids[k])!r}" in proto.alt, proto.alt

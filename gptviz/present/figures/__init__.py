@@ -48,6 +48,7 @@ from .heatmaps import (
                    token_grid,
 )
 from .pictures import architecture_dot, architecture_html, architecture_parts, token_chips_html
+from .words import in_words
 
 __all__ = [
     "CHAR_EM", "FONT", "HEAD_SHORT", "HIGHLIGHT", "MASK_COLOR", "MAX_TEXT_CELLS", "MAX_TICKS", "NONNEG_SCALE",
@@ -55,7 +56,7 @@ __all__ = [
     "architecture_dot", "architecture_html", "architecture_parts", "axis", "bar_chart", "base_layout", "cell_points",
     "color_args",
     "escape_label", "escape_labels", "escape_markup", "figure", "finish_spec", "finished", "FinishedFigure",
-    "fixed_margins", "head_grid", "heatmap", "readable_x_labels", "recolour", "line_chart", "PALETTES",
+    "fixed_margins", "head_grid", "heatmap", "in_words", "readable_x_labels", "recolour", "line_chart", "PALETTES",
     "PALETTE_NAMES",
     "outline_shapes", "side_by_side",
     "styled", "text_px", "ticks", "tiled_heatmap", "token_chips_html", "token_grid", "unique_labels", "wrap",
