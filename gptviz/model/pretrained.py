@@ -1,10 +1,10 @@
 """``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX) as a gptviz GPT.
 
 A folder holds ``config.json``, the weights as ``model.safetensors`` (or shards listed in
-``model.safetensors.index.json``) and ``tokenizer.json``. Each family maps its config onto a ``ModelConfig``
-(``n_head`` and every other size read from ``config.json``, never guessed) and its tensor names onto gptviz's
-GPT-2 names; the model then traces like any other, with the family's own steps (grouped-query attention's
-repeat, the gated MLP) added.
+``model.safetensors.index.json``) and ``tokenizer.json``. Each family (``gptviz.model.hf_families``) maps its config
+onto a ``ModelConfig`` (``n_head`` and every other size read from ``config.json``, never guessed) and its tensor
+names onto gptviz's GPT-2 names; the model then traces like any other, with the family's own steps (grouped-query
+attention's repeat, the gated MLP) added.
 
 Loading is safe and checked before anything big is allocated:
 
@@ -20,232 +20,21 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 
 from ..config import ModelConfig
 from ..text.hf_tokenizer import HFTokenizer
 from .gpt import GPT
-from .hf_gpt2 import gpt2_state_dict_to_gptviz, load_state
+from .hf_families import FAMILIES
+from .hf_gpt2 import load_state
 
 MAX_CONFIG_BYTES = 1_000_000
 MAX_INDEX_BYTES = 10_000_000
-MAX_CONTEXT = 8192  # positions a loaded model is built for (its tables); a longer text is refused, not truncated
 FLOAT_DTYPES = {"F32", "F16", "BF16", "F64"}
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
-_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-                "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
-
-
-@dataclass
-class Family:
-    """How one ``model_type`` maps onto gptviz: its config, the tensors it needs, and the rename."""
-
-    config: Callable[[dict], ModelConfig]
-    shapes: Callable[[ModelConfig], dict[str, tuple]]  # the Hugging Face tensor names and shapes it needs
-    convert: Callable[[Callable[[str], torch.Tensor], ModelConfig], dict]  # (tensor by its HF name) -> gptviz dict
-
-
-# --------------------------------------------------------------------------- reading config.json
-def _get(d: dict, *names, default=None):
-    for n in names:
-        if d.get(n) is not None:
-            return d[n]
-    return default
-
-
-def _rope(d: dict) -> tuple[float, float]:
-    """(rope_theta, partial rotary factor), from ``rope_parameters`` (transformers 5) or the older keys; a rope
-    scaling gptviz does not compute is refused."""
-    params = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
-    scaling = d.get("rope_scaling")
-    kind = params.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type")
-    if kind not in (None, "default"):
-        raise ValueError(f"this model scales its rotary positions ({kind!r}); gptviz computes plain rotary positions "
-                         "only")
-    theta = _get(params, "rope_theta") or _get(d, "rope_theta", "rotary_emb_base", default=10000.0)
-    pct = _get(params, "partial_rotary_factor") or _get(d, "partial_rotary_factor", "rotary_pct", default=1.0)
-    return float(theta), float(pct)
-
-
-def _activation(d: dict, key: str = "hidden_act") -> str:
-    act = d.get(key, "gelu")
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"{key}={act!r} has no gptviz equivalent (gptviz has {', '.join(sorted(_ACTIVATIONS))})")
-    return _ACTIVATIONS[act]
-
-
-def _context(d: dict, *keys: str) -> int:
-    n = int(_get(d, *keys, default=2048))
-    window = d.get("sliding_window") if d.get("use_sliding_window", True) else None
-    if isinstance(window, int) and window > 0:  # within the window, sliding-window attention is causal attention
-        n = min(n, window)
-    return max(1, min(n, MAX_CONTEXT))
-
-
-def _gpt2_config(d: dict) -> ModelConfig:
-    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
-        if d.get(flag):
-            raise ValueError(f"{flag}=true is not supported: gptviz computes attention as GPT-2 does")
-    if d.get("scale_attn_weights") is False:
-        raise ValueError("scale_attn_weights=false is not supported: gptviz always divides by √d_head")
-    C = int(d["n_embd"])
-    return ModelConfig(vocab_size=int(d["vocab_size"]), block_size=_context(d, "n_positions", "n_ctx"),
-                       n_layer=int(d["n_layer"]), n_head=int(d["n_head"]), n_embd=C,
-                       d_mlp=int(d.get("n_inner") or 4 * C), activation=_activation(d, "activation_function"),
-                       ln_eps=float(d.get("layer_norm_epsilon", 1e-5)), bias=True, qkv_bias=True,
-                       tie_weights=bool(d.get("tie_word_embeddings", True)),
-                       init_std=float(d.get("initializer_range", 0.02)))
-
-
-def _llama_config(d: dict, qwen: bool = False) -> ModelConfig:
-    if d.get("mlp_bias"):
-        raise ValueError("mlp_bias=true is not supported: gptviz's Llama-family MLP has no biases")
-    theta, pct = _rope(d)
-    C, nh = int(d["hidden_size"]), int(d["num_attention_heads"])
-    attn_bias = True if qwen else bool(d.get("attention_bias", False))
-    return ModelConfig(
-        vocab_size=int(d["vocab_size"]), block_size=_context(d, "max_position_embeddings"),
-        n_layer=int(d["num_hidden_layers"]), n_head=nh, n_kv_head=int(d.get("num_key_value_heads") or nh),
-        n_embd=C, d_head=int(d.get("head_dim") or C // nh), d_mlp=int(d["intermediate_size"]), norm="rmsnorm",
-        pos_encoding="rope", rope_base=theta, rotary_pct=pct, activation=_activation(d), gated_mlp=True,
-        bias=False, qkv_bias=attn_bias, attn_proj_bias=False if qwen else attn_bias,
-        tie_weights=bool(d.get("tie_word_embeddings", False)), ln_eps=float(d.get("rms_norm_eps", 1e-6)),
-        init_std=float(d.get("initializer_range", 0.02)))
-
-
-def _neox_config(d: dict) -> ModelConfig:
-    theta, pct = _rope(d)
-    attn_bias = bool(d.get("attention_bias", True))
-    return ModelConfig(
-        vocab_size=int(d["vocab_size"]), block_size=_context(d, "max_position_embeddings"),
-        n_layer=int(d["num_hidden_layers"]), n_head=int(d["num_attention_heads"]), n_embd=int(d["hidden_size"]),
-        d_mlp=int(d["intermediate_size"]), norm="layernorm", pos_encoding="rope", rope_base=theta, rotary_pct=pct,
-        parallel_attn=bool(d.get("use_parallel_residual", True)), activation=_activation(d), bias=True,
-        qkv_bias=attn_bias, attn_proj_bias=attn_bias, tie_weights=bool(d.get("tie_word_embeddings", False)),
-        ln_eps=float(d.get("layer_norm_eps", 1e-5)), init_std=float(d.get("initializer_range", 0.02)))
-
-
-# --------------------------------------------------------------------------- the tensors each family needs
-def _gpt2_shapes(c: ModelConfig) -> dict[str, tuple]:
-    C, V = c.n_embd, c.vocab_size
-    s = {"wte.weight": (V, C), "wpe.weight": (c.block_size, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
-    for i in range(c.n_layer):
-        p = f"h.{i}."
-        s.update({p + "ln_1.weight": (C,), p + "ln_1.bias": (C,), p + "ln_2.weight": (C,), p + "ln_2.bias": (C,),
-                  p + "attn.c_attn.weight": (C, 3 * C), p + "attn.c_attn.bias": (3 * C,),
-                  p + "attn.c_proj.weight": (C, C), p + "attn.c_proj.bias": (C,),
-                  p + "mlp.c_fc.weight": (C, c.d_mlp), p + "mlp.c_fc.bias": (c.d_mlp,),
-                  p + "mlp.c_proj.weight": (c.d_mlp, C), p + "mlp.c_proj.bias": (C,)})
-    if not c.tie_weights:
-        s["lm_head.weight"] = (V, C)
-    return s
-
-
-def _gpt2_convert(get, c: ModelConfig) -> dict:
-    names = _gpt2_shapes(c)
-    return gpt2_state_dict_to_gptviz({n: get(n) for n in names}, c.n_layer)
-
-
-def _llama_shapes(c: ModelConfig) -> dict[str, tuple]:
-    C, V, hs = c.n_embd, c.vocab_size, c.d_head
-    s = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
-    for i in range(c.n_layer):
-        p = f"model.layers.{i}."
-        s.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
-                  p + "self_attn.q_proj.weight": (c.n_head * hs, C), p + "self_attn.k_proj.weight": (c.d_kv, C),
-                  p + "self_attn.v_proj.weight": (c.d_kv, C), p + "self_attn.o_proj.weight": (C, c.d_attn),
-                  p + "mlp.gate_proj.weight": (c.d_mlp, C), p + "mlp.up_proj.weight": (c.d_mlp, C),
-                  p + "mlp.down_proj.weight": (C, c.d_mlp)})
-        if c.qkv_bias:
-            s.update({p + "self_attn.q_proj.bias": (c.d_attn,), p + "self_attn.k_proj.bias": (c.d_kv,),
-                      p + "self_attn.v_proj.bias": (c.d_kv,)})
-        if c.attn_proj_bias:
-            s[p + "self_attn.o_proj.bias"] = (C,)
-    if not c.tie_weights:
-        s["lm_head.weight"] = (V, C)
-    return s
-
-
-def _llama_convert(get, c: ModelConfig) -> dict:
-    """Llama, Mistral and Qwen2 names -> gptviz's: q, k and v stacked into ``c_attn`` (in that order, which is
-    how gptviz splits them), the gate, up and down projections into ``c_gate``, ``c_fc`` and ``c_proj``."""
-    out = {"transformer.wte.weight": get("model.embed_tokens.weight"),
-           "transformer.ln_f.weight": get("model.norm.weight")}
-    for i in range(c.n_layer):
-        p, q = f"model.layers.{i}.", f"transformer.h.{i}."
-        a = p + "self_attn."
-        out[q + "ln_1.weight"] = get(p + "input_layernorm.weight")
-        out[q + "ln_2.weight"] = get(p + "post_attention_layernorm.weight")
-        out[q + "attn.c_attn.weight"] = torch.cat([get(a + f"{w}_proj.weight") for w in "qkv"])
-        if c.qkv_bias:
-            out[q + "attn.c_attn.bias"] = torch.cat([get(a + f"{w}_proj.bias") for w in "qkv"])
-        out[q + "attn.c_proj.weight"] = get(a + "o_proj.weight")
-        if c.attn_proj_bias:
-            out[q + "attn.c_proj.bias"] = get(a + "o_proj.bias")
-        out[q + "mlp.c_gate.weight"] = get(p + "mlp.gate_proj.weight")
-        out[q + "mlp.c_fc.weight"] = get(p + "mlp.up_proj.weight")
-        out[q + "mlp.c_proj.weight"] = get(p + "mlp.down_proj.weight")
-    out["lm_head.weight"] = out["transformer.wte.weight"] if c.tie_weights else get("lm_head.weight")
-    return out
-
-
-def _neox_shapes(c: ModelConfig) -> dict[str, tuple]:
-    C, V = c.n_embd, c.vocab_size
-    s = {"gpt_neox.embed_in.weight": (V, C), "gpt_neox.final_layer_norm.weight": (C,),
-         "gpt_neox.final_layer_norm.bias": (C,)}
-    for i in range(c.n_layer):
-        p = f"gpt_neox.layers.{i}."
-        for n in ("input_layernorm", "post_attention_layernorm"):
-            s.update({p + n + ".weight": (C,), p + n + ".bias": (C,)})
-        s.update({p + "attention.query_key_value.weight": (3 * c.d_attn, C),
-                  p + "attention.dense.weight": (C, c.d_attn),
-                  p + "mlp.dense_h_to_4h.weight": (c.d_mlp, C), p + "mlp.dense_h_to_4h.bias": (c.d_mlp,),
-                  p + "mlp.dense_4h_to_h.weight": (C, c.d_mlp), p + "mlp.dense_4h_to_h.bias": (C,)})
-        if c.qkv_bias:
-            s[p + "attention.query_key_value.bias"] = (3 * c.d_attn,)
-        if c.attn_proj_bias:
-            s[p + "attention.dense.bias"] = (C,)
-    if not c.tie_weights:
-        s["embed_out.weight"] = (V, C)
-    return s
-
-
-def _neox_convert(get, c: ModelConfig) -> dict:
-    """GPT-NeoX names -> gptviz's. NeoX's fused projection is laid out head by head (q, k, v of head 0, then of
-    head 1 …); gptviz's is all queries, then all keys, then all values, so the rows are regrouped."""
-    nh, hs = c.n_head, c.d_head
-    regroup = lambda t: t.reshape(nh, 3, hs, *t.shape[1:]).transpose(0, 1).reshape(3 * nh * hs, *t.shape[1:])
-    out = {"transformer.wte.weight": get("gpt_neox.embed_in.weight"),
-           "transformer.ln_f.weight": get("gpt_neox.final_layer_norm.weight"),
-           "transformer.ln_f.bias": get("gpt_neox.final_layer_norm.bias")}
-    for i in range(c.n_layer):
-        p, q = f"gpt_neox.layers.{i}.", f"transformer.h.{i}."
-        for src, dst in (("input_layernorm", "ln_1"), ("post_attention_layernorm", "ln_2")):
-            out[q + dst + ".weight"], out[q + dst + ".bias"] = get(p + src + ".weight"), get(p + src + ".bias")
-        out[q + "attn.c_attn.weight"] = regroup(get(p + "attention.query_key_value.weight"))
-        if c.qkv_bias:
-            out[q + "attn.c_attn.bias"] = regroup(get(p + "attention.query_key_value.bias"))
-        out[q + "attn.c_proj.weight"] = get(p + "attention.dense.weight")
-        if c.attn_proj_bias:
-            out[q + "attn.c_proj.bias"] = get(p + "attention.dense.bias")
-        for src, dst in (("dense_h_to_4h", "c_fc"), ("dense_4h_to_h", "c_proj")):
-            out[q + f"mlp.{dst}.weight"] = get(p + f"mlp.{src}.weight")
-            out[q + f"mlp.{dst}.bias"] = get(p + f"mlp.{src}.bias")
-    out["lm_head.weight"] = out["transformer.wte.weight"] if c.tie_weights else get("embed_out.weight")
-    return out
-
-
-FAMILIES: dict[str, Family] = {
-    "gpt2": Family(_gpt2_config, _gpt2_shapes, _gpt2_convert),
-    "llama": Family(_llama_config, _llama_shapes, _llama_convert),
-    "mistral": Family(_llama_config, _llama_shapes, _llama_convert),
-    "qwen2": Family(lambda d: _llama_config(d, qwen=True), _llama_shapes, _llama_convert),
-    "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert),
-}
 
 
 # --------------------------------------------------------------------------- files
