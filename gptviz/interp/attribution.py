@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -43,11 +43,13 @@ def attention_rollout(trace) -> np.ndarray:
 
 
 def integrated_gradients(model, idx: Union[torch.Tensor, list], position: int, target_id: int,
-                         steps: int = 64) -> tuple[np.ndarray, float]:
+                         steps: int = 64, batch: Optional[int] = None) -> tuple[np.ndarray, float]:
     """``(attributions, delta)``: one attribution per input position, (T,), for the logit of ``target_id`` at
     ``position``, by Captum's integrated gradients (Gauss-Legendre, ``steps`` points) from all-zero token embeddings
     with the position embeddings kept; ``delta`` is Captum's convergence delta, ``sum(attributions) − (f(x) −
-    f(baseline))``. The model is only read: no weight changes and no gradient is left on it."""
+    f(baseline))``. ``batch``: at most this many of the ``steps`` points in one forward pass (Captum's
+    ``internal_batch_size``; bounds the memory on a big model). The model is only read: no weight changes and no
+    gradient is left on it."""
     from captum.attr import IntegratedGradients
 
     idx = torch.as_tensor(idx, dtype=torch.long)
@@ -72,5 +74,5 @@ def integrated_gradients(model, idx: Union[torch.Tensor, list], position: int, t
         emb = model.transformer.wte(idx).detach()
     ig = IntegratedGradients(logit)
     attr, delta = ig.attribute(emb, baselines=torch.zeros_like(emb), n_steps=int(steps),
-                               return_convergence_delta=True)
+                               internal_batch_size=batch, return_convergence_delta=True)
     return attr.sum(dim=-1)[0].detach().numpy(), float(delta.detach().reshape(-1)[0])

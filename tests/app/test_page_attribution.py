@@ -43,3 +43,15 @@ def test_three_readings_of_one_prediction():
     target = at.selectbox(key=f"attr.target.{pos}").value
     assert abs(array(ig["data"][0]["x"]).sum() - _logit_gap(pos, target)) < 1e-3
     assert any("Attention weights are not an explanation" in m.value for m in at.markdown)
+
+
+def test_on_a_big_model_integrated_gradients_wait_for_a_click():
+    """GPT-2 small's shape (124M): 64 tokens of integrated gradients took 17.7 s here, so the page draws attention
+    and rollout at once and waits for the button before it starts the 64 passes (queued, one at a time)."""
+    at = page("who", preset="gpt2-small", tokenizer="gpt2", text="the cat sat on the mat")
+    assert not at.exception
+    assert [b for b in at.button if b.label == "Compute integrated gradients"]
+    chart(at, "Attention L0 H0")
+    chart(at, "Rollout")
+    with pytest.raises(KeyError):
+        chart(at, "Int. gradients")

@@ -11,7 +11,9 @@ from ...interp.attribution import attention_rollout, integrated_gradients
 from ...model.hook_names import act_name
 from ...present import figures
 from ...run import edits as edit_specs
+from ...run.slots import BIG_LOAD
 from .. import resources
+from ..waiting import queued
 from ..widgets import plot
 from . import section
 
@@ -26,8 +28,14 @@ WHY = ("**Attention weights are not an explanation.** A weight says where a head
 @st.cache_data(max_entries=64, show_spinner="Integrated gradients: 64 forward and backward passes…")
 def _ig(cfg_json: str, model_key: Optional[str], ids: tuple, position: int, target: int) -> tuple[list, float]:
     model = resources.get_model(cfg_json, model_key)
-    attr, delta = integrated_gradients(model, list(ids), position, target)
+    big = model.config.num_params() > BIG_MODEL_PARAMS  # 8 points a pass bounds a big model's memory
+    attr, delta = integrated_gradients(model, list(ids), position, target, batch=8 if big else None)
     return attr.tolist(), delta
+
+
+# On a big model integrated gradients take seconds to tens of seconds (GPT-2 small, 64 tokens: 17.7 s measured),
+# so there they wait for a click and queue behind any other big computation on the server.
+BIG_MODEL_PARAMS = 20_000_000
 
 
 @section("who.token_attribution")
@@ -53,8 +61,23 @@ def token_attribution(ctx, *, key: str = "attr") -> None:
     pattern = np.asarray(tr[act_name("pattern", ctx.layer)])[b]
     att = pattern[head, pos, : pos + 1] if head is not None else pattern[:, pos, : pos + 1].mean(0)
     roll = attention_rollout(tr)[b, pos, : pos + 1]
-    ig, delta = _ig(ctx.cfg_json, ctx.model_key, ids, int(pos), int(target))
-    ig = np.asarray(ig)[: pos + 1]
+    args = (ctx.cfg_json, ctx.model_key, ids, int(pos), int(target))
+    big, asked = ctx.cfg.num_params() > BIG_MODEL_PARAMS, f"{key}.ig.asked"
+    if big and st.session_state.get(asked) != args[2:]:
+        if st.button("Compute integrated gradients", key=f"{key}.ig.go", icon=":material/calculate:",
+                     help="64 forward and backward passes of this big model: seconds to a minute, one at a time on "
+                          "this server."):
+            st.session_state[asked] = args[2:]
+    ig, delta = None, 0.0
+    if not big:
+        ig, delta = _ig(*args)
+    elif st.session_state.get(asked) == args[2:]:
+        with queued(BIG_LOAD, "big computation"):  # one big computation at a time on this server
+            ig, delta = _ig(*args)
+    else:
+        st.caption("Attention and rollout are read from the trace; integrated gradients wait for the button on a "
+                   "model this big.")
+    ig = None if ig is None else np.asarray(ig)[: pos + 1]
     who = f"L{ctx.layer} H{head}" if head is not None else f"L{ctx.layer}, heads averaged"
     a, r, g = st.columns(3)
     with a:
@@ -64,10 +87,14 @@ def token_attribution(ctx, *, key: str = "attr") -> None:
         plot(ctx, figures.bar_chart(shown, roll.tolist(), title="Rollout (all layers)", x_title="share",
                                     highlight=int(np.argmax(roll)), prob=True), key=f"{key}.roll")
     with g:
-        plot(ctx, figures.bar_chart(shown, ig.tolist(), title="Int. gradients",
-                                    x_title="attribution to the logit", highlight=int(np.argmax(np.abs(ig)))),
-             key=f"{key}.ig")
+        if ig is not None:
+            plot(ctx, figures.bar_chart(shown, ig.tolist(), title="Int. gradients",
+                                        x_title="attribution to the logit", highlight=int(np.argmax(np.abs(ig)))),
+                 key=f"{key}.ig")
     edits = not edit_specs.is_empty(ctx.s.get("edits") or edit_specs.EMPTY)
+    if ig is None:
+        st.markdown(WHY)
+        return
     st.caption(f"Integrated gradients of the logit of {vocab[target]!r} at position {pos}, from all-zero token "
                f"embeddings (positions kept), 64 Gauss–Legendre points (Captum). The attributions add up to "
                f"{ig.sum():+.4f}; the convergence gap is {delta:+.1e}."
