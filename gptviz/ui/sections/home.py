@@ -38,8 +38,8 @@ def welcome(ctx, *, key: str = "home") -> None:
                 st.switch_page(ATTENTION_PAGE)
 
 
-# The chart's height, and its plot's width on screen: the cells are square, so the plot is as wide as it is tall
-# (the height less the title and the upright key labels).
+# The chart's height, and its plot's width on a 1280×720 screen (four fifths of the main column, less the row
+# labels and the colour bar): the width decides whether key labels stand level or upright (readable_x_labels).
 HOME_CHART_PX = 560
 HOME_PLOT_PX = 390
 ATTENTION_PAGE = "app_pages/attention.py"
