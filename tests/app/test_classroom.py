@@ -31,10 +31,13 @@ def _session(i: int, tries: int = 3):
 def student(i: int):
     at, s = _session(i)
     labels = [m.label for m in at.metric]
-    if "mean of −log p" not in labels and not at.exception:
+    for _ in range(3):
+        if "mean of −log p" in labels or at.exception:
+            break
         # AppTest swaps process-wide globals (a mock Runtime, the pages manager, config options) around
-        # every run, so runs on parallel threads can very rarely cut each other's output short. That is
-        # the test harness, not the app (a real server has one Runtime); run that session once more.
+        # every run, so runs on parallel threads can now and then cut each other's output short (seen once in
+        # a CI check of 866 tests, after one more run had not helped). That is the test harness, not the app (a
+        # real server has one Runtime, and tools.load drives 90 real sessions without it): run that session again.
         at.run()
         labels = [m.label for m in at.metric]
     assert not at.exception, [e.message for e in at.exception]
