@@ -1,10 +1,14 @@
-"""Where the app's files are: the shipped checkpoints and lessons beside the gptviz package, and the server's
-folder of Hugging Face models (``GPTVIZ_MODELS_DIR``) that links may name."""
+"""Where the app's files are: the shipped checkpoints, lessons and page files (beside the gptviz package in a clone,
+inside it under ``_bundled/`` in an installed wheel, see setup.py), and the server's folder of Hugging Face models
+(``GPTVIZ_MODELS_DIR``) that links may name."""
 import os
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent
+BUNDLED = PACKAGE / "_bundled"  # an installed wheel: app.py, app_pages/, lessons/, checkpoints/ copied in by setup.py
+ROOT = BUNDLED if (BUNDLED / "app.py").is_file() else PACKAGE.parent  # a clone: the repository's root
+APP_SCRIPT = ROOT / "app.py"
 CHECKPOINTS = ROOT / "checkpoints"
 LESSONS = ROOT / "lessons"
 MODELS_ENV = "GPTVIZ_MODELS_DIR"  # a folder of model folders (each with config.json), set by whoever runs the server

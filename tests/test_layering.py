@@ -21,7 +21,7 @@ LAYERS = {
     "gptviz.training": 5.5,
     "gptviz.present": 6,
     "gptviz": 6.5,  # the public API (gptviz/__init__.py) and the commands gptviz/train.py, gptviz/report.py
-    "gptviz.train": 6.5, "gptviz.report": 6.5,
+    "gptviz.train": 6.5, "gptviz.report": 6.5, "gptviz.cli": 6.5,
     "gptviz.ui": 7,
     "app_pages": 8, "app": 8,
 }

@@ -335,8 +335,8 @@ def build(text: str, preset: Optional[str] = None, layer: int = 0, head: int = 0
     return ctx, notices
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gptviz.report", description=__doc__.split("\n\n")[0])
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m gptviz.report") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--text", required=True, help="the text the model reads (a new line starts another batch row)")
     p.add_argument("--preset", default=None,
                    help=f"a model: one of {', '.join(preset_choices())} (default: the app's opening model, "

@@ -149,8 +149,8 @@ def load_snapshots(path) -> list[tuple[int, dict]]:
     return sorted(out.items())
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gptviz.train", description=__doc__.split("\n\n")[0])
+def main(argv=None, prog: str = "python -m gptviz.train") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=sorted(DEFAULTS) + sorted(CORPUS_RECIPES) + ["reverse"], required=True)
     p.add_argument("--out", required=True, help="where to write the .safetensors checkpoint")
     p.add_argument("--steps", type=int)

@@ -8,11 +8,9 @@ which draw without colour-emoji fonts.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT  # the repository in a clone, gptviz/_bundled in an installed wheel
 
 # (file, title, icon, url_path, section)
 PAGES = [

@@ -1,0 +1,156 @@
+"""`pip install gptviz`: the wheel is built from a copy of the clone, installed into a fresh virtual environment
+with no index (nothing downloaded), and used from a folder outside the clone: ``import gptviz`` is the installed
+copy, the shipped lessons and checkpoints are inside it, ``gptviz report`` writes a report on the shipped
+Shakespeare GPT, and ``gptviz app`` serves Home in a real browser.
+
+The new environment is fresh but not empty-handed: a ``.pth`` file lends it this interpreter's site-packages, so the
+wheel's dependencies (torch, Streamlit, … from requirements.txt) resolve there instead of being downloaded again;
+the wheel's own files all land in the new environment, and the test checks that ``gptviz`` is imported from it.
+"""
+import configparser
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+from kit import ARGS, CHROMIUM, require_browser  # noqa: I001 - after the path it is found on
+# what a wheel is built from: the package, the app's own files and the build's metadata (no tests, no .git)
+SOURCES = ["gptviz", "app_pages", "lessons", "checkpoints", ".streamlit", "app.py", "setup.py", "pyproject.toml",
+           "README.md", "requirements.txt"]
+
+
+def _run(cmd, cwd, timeout=300, env=None) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, f"{cmd} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(the new environment's bin folder, the wheel, a folder outside the clone to run in, its environment)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(path, src / name)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", ".", "--no-deps", "-w", str(tmp / "dist")], src, timeout=600)
+    wheel = next((tmp / "dist").glob("gptviz-*.whl"))
+
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp)
+    bin_dir = venv / "bin"
+    purelib = _run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                   tmp).stdout.strip()
+    lend = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(purelib) / "_lent_dependencies.pth").write_text("\n".join(sorted(lend)) + "\n")
+    _run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q", "--no-index",
+          "--find-links", str(tmp / "dist"), "gptviz"], tmp)
+    elsewhere = tmp / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return bin_dir, wheel, elsewhere, env, Path(purelib)
+
+
+def test_the_wheel_carries_the_app_its_data_and_the_pinned_requirements(installed):
+    _, wheel, _, _, _ = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in [*ROOT.glob("lessons/**/*.toml"), *ROOT.glob("checkpoints/*.safetensors"),
+                    *ROOT.glob("app_pages/*.py"), ROOT / "app.py", ROOT / ".streamlit" / "config.toml"]:
+        assert f"gptviz/_bundled/{shipped.relative_to(ROOT).as_posix()}" in names, shipped
+    for data in [*ROOT.glob("gptviz/text/data/*/*"), *ROOT.glob("gptviz/ui/static/*")]:
+        assert data.relative_to(ROOT).as_posix() in names, data
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    wanted = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    wanted = [w for w in wanted if w]
+    assert "torch==2.13.0" in wanted
+    assert sorted(line.split(": ", 1)[1] for line in meta.splitlines() if line.startswith("Requires-Dist: ")) \
+        == sorted(wanted)
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    scripts = configparser.ConfigParser()
+    scripts.read_string(entry)
+    assert scripts["console_scripts"]["gptviz"] == "gptviz.cli:main"
+
+
+def test_gptviz_imports_from_the_installed_copy_outside_the_clone(installed):
+    bin_dir, _, elsewhere, env, purelib = installed
+    probe = ("import json, gptviz, gptviz.paths as p\n"
+             "print(json.dumps([gptviz.__file__, str(p.ROOT), sorted(x.name for x in p.CHECKPOINTS.glob('*')),\n"
+             "                  sorted(str(x.relative_to(p.LESSONS)) for x in p.LESSONS.rglob('*.toml'))]))")
+    where, root, checkpoints, lesson_files = json.loads(_run([str(bin_dir / "python"), "-c", probe], elsewhere,
+                                                             env=env).stdout)
+    assert Path(where).is_relative_to(purelib), where
+    assert Path(root) == purelib / "gptviz" / "_bundled"
+    assert checkpoints == sorted(p.name for p in ROOT.glob("checkpoints/*.safetensors"))
+    assert lesson_files == sorted(str(p.relative_to(ROOT / "lessons")) for p in ROOT.glob("lessons/**/*.toml"))
+
+
+def test_gptviz_report_runs_the_shipped_model_from_the_installed_copy(installed):
+    bin_dir, _, elsewhere, env, _ = installed
+    said = _run([str(bin_dir / "gptviz"), "report", "--text", "To be, or not to be", "--out", "r.html"], elsewhere,
+                env=env).stdout
+    assert "shipped checkpoint: shakespeare" in said and (elsewhere / "r.html").stat().st_size > 100_000
+    # the same report from the clone: the installed copy read the same checkpoint and got the same loss
+    clone = _run([sys.executable, "-m", "gptviz.report", "--text", "To be, or not to be", "--out",
+                  str(elsewhere / "clone.html")], ROOT).stdout
+    assert re.search(r"loss (\d+\.\d+)", said).group(1) == re.search(r"loss (\d+\.\d+)", clone).group(1)
+    help_text = _run([str(bin_dir / "gptviz"), "train", "--help"], elsewhere, env=env).stdout
+    assert help_text.startswith("usage: gptviz train") and "--task" in help_text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gptviz_app_serves_home_in_a_browser(installed):
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    bin_dir, _, elsewhere, env, _ = installed
+    port = _free_port()
+    proc = subprocess.Popen([str(bin_dir / "gptviz"), "app", "--server.port", str(port), "--server.address",
+                             "127.0.0.1"], cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("gptviz app did not start")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.goto(url + "/")
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=90_000)
+            text = page.inner_text("[data-testid='stMain']")
+            browser.close()
+        assert "gptviz: watch a GPT work" in text and "Loss on your text" in text
+        assert "Traceback" not in text and "Error" not in text
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
