@@ -1,4 +1,6 @@
-"""The question kinds: each works its answer out from the live trace, so it follows the model and the text."""
+"""The question kinds: each works its answer out from the live trace, so it follows the model and the text, and
+words it in the class's language (``wording``: the same answer, the same choices in the same order, in any
+language)."""
 from __future__ import annotations
 
 import math
@@ -12,6 +14,7 @@ from ...interp import head_detector
 from ...run.generation import distribution
 from .live import Live
 from .schema import QuestionUnavailable
+from .wording import ENGLISH, Words, words
 
 MAX_CHOICES = 8
 
@@ -98,7 +101,7 @@ def _layer_head(live: Live, q: dict) -> tuple[int, int]:
     return layer, head
 
 
-def most_attended(q: dict, live: Live) -> Question:
+def most_attended(q: dict, live: Live, w: Words) -> Question:
     layer, head = _layer_head(live, q)
     name = f"blocks.{layer}.attn.hook_pattern"
     i = _pos(live, q.get("query"), -1)
@@ -109,19 +112,19 @@ def most_attended(q: dict, live: Live) -> Question:
     order = np.argsort(-row, kind="stable")
     second = int(order[1]) if len(order) > 1 else ans
     pool = _spread_choices(ans, list(range(i + 1)), must=(i, i - 1, 0))
-    explanation = (f"Row {i} ('{live.tokens[i]}') of layer {layer} head {head}'s attention weights puts "
-                   f"**{row[ans]:.2f}** on position {ans} ('{live.tokens[ans]}'), more than on any other key"
-                   + (f"; next is position {second} ('{live.tokens[second]}') with {row[second]:.2f}." if second != ans
-                      else "."))
+    explanation = w("most_attended.explanation", i=i, token=live.tokens[i], layer=layer, head=head, p=row[ans],
+                    ans=ans, ans_token=live.tokens[ans])
+    if second != ans:
+        explanation += " " + w("most_attended.second", second=second, second_token=live.tokens[second],
+                               p2=row[second])
     return Question(
-        f"Which token will layer {layer} head {head} attend to most from token {i} ('{live.tokens[i]}'): "
-        "itself or an earlier one?",
+        w("most_attended.prompt", layer=layer, head=head, i=i, token=live.tokens[i]),
         [_tok(live, j) for j in pool], pool.index(ans), ans, explanation,
         {"hook": name, "head": head, "row": i, "col": ans}, "step", {"hook": name},
         {"layer": layer, "head": head})
 
 
-def uniform_loss(q: dict, live: Live) -> Question:
+def uniform_loss(q: dict, live: Live, w: Words) -> Question:
     V = live.vocab_size
     ans = math.log(V)
     cands = {"1/V": 1 / V, "ln V / 2": ans / 2, "ln V": ans, "log₂ V": math.log2(V), "2 ln V": 2 * ans}
@@ -130,18 +133,15 @@ def uniform_loss(q: dict, live: Live) -> Question:
         shown.setdefault(f"{v:.3f}", v)
     labels = list(shown)
     return Question(
-        f"Before any training, what loss does a model that spreads its guess evenly over all {V:,} tokens get?",
-        labels, labels.index(f"{ans:.3f}"), ans,
-        f"A uniform guess gives each of the V = {V:,} tokens p = 1/{V:,}, so every position costs "
-        f"−ln(1/{V:,}) = ln {V:,} = **{ans:.3f}**, and so does their mean.",
+        w("uniform_loss.prompt", V=V), labels, labels.index(f"{ans:.3f}"), ans,
+        w("uniform_loss.explanation", V=V, ans=ans),
         {"value": ans, "metric": "uniform"}, "logits.loss")
 
 
-LOSS_BANDS = ("well below ln V: better than guessing", "about ln V (within 10%)",
-              "well above ln V: confidently wrong")
+LOSS_BANDS = tuple(ENGLISH[f"loss_band.{k}"] for k in range(3))
 
 
-def loss_vs_uniform(q: dict, live: Live) -> Question:
+def loss_vs_uniform(q: dict, live: Live, w: Words) -> Question:
     V = live.vocab_size
     ln_v = math.log(V)
     loss = live.trace.loss
@@ -149,9 +149,8 @@ def loss_vs_uniform(q: dict, live: Live) -> Question:
         raise QuestionUnavailable("the text has no position with a target: type at least two tokens")
     band = 0 if loss < 0.9 * ln_v else (1 if loss <= 1.1 * ln_v else 2)
     return Question(
-        f"This model's loss on the text, against ln V = {ln_v:.3f} (a uniform guess): where will it be?",
-        list(LOSS_BANDS), band, loss,
-        f"The live loss is **{loss:.3f}**, {loss / ln_v:.2f} × ln V.", {"value": loss, "metric": "loss"},
+        w("loss_vs_uniform.prompt", ln_v=ln_v), [w(f"loss_band.{k}") for k in range(3)], band, loss,
+        w("loss_vs_uniform.explanation", loss=loss, ratio=loss / ln_v), {"value": loss, "metric": "loss"},
         "logits.loss")
 
 
@@ -169,7 +168,7 @@ def _distinct(live: Live, ids: list[int]) -> list[str]:
     return [f"{l} (id {i})" if labels.count(l) > 1 else l for l, i in zip(labels, ids, strict=True)]
 
 
-def greedy_next(q: dict, live: Live) -> Question:
+def greedy_next(q: dict, live: Live, w: Words) -> Question:
     pos = _pos(live, q.get("pos"), -1)
     p = _next_probs(live, pos)
     ans = int(np.argmax(p))
@@ -177,15 +176,14 @@ def greedy_next(q: dict, live: Live) -> Question:
     pool = sorted(top, key=lambda i: (live.vocab[i], i))  # not in order of probability: that would tell
     before = live.text(pos)
     return Question(
-        f"Which token will greedy decoding pick after “{before[-40:]}”?",
-        _distinct(live, pool), pool.index(ans), ans,
-        f"Greedy decoding takes the most likely token: {_label(live, ans)} with p = **{p[ans]:.3f}**"
-        + (f" (next: {_label(live, top[1])} with {p[top[1]]:.3f})." if len(top) > 1 else "."),
+        w("greedy_next.prompt", before=before[-40:]), _distinct(live, pool), pool.index(ans), ans,
+        w("greedy_next.explanation", ans=_label(live, ans), p=p[ans])
+        + (" " + w("greedy_next.second", second=_label(live, top[1]), p2=p[top[1]]) if len(top) > 1 else ""),
         {"token": ans, "pos": pos}, "generation.distribution",
         {"prompt": before, "temperature": 1.0, "top_k": 0, "top_p": 1.0})
 
 
-def nucleus_size(q: dict, live: Live) -> Question:
+def nucleus_size(q: dict, live: Live, w: Words) -> Question:
     pos = _pos(live, q.get("pos"), -1)
     top_p, temperature = float(q["top_p"]), float(q.get("temperature", 1.0))
     top_k = int(q["top_k"]) if q.get("top_k") else None
@@ -197,22 +195,19 @@ def nucleus_size(q: dict, live: Live) -> Question:
                    key=lambda c: (abs(math.log(c / ans)), c))[:4]
     pool = sorted(cands)
     before = live.text(pos)
-    what = f"top-p = {top_p:g}" + (f", temperature {temperature:g}" if temperature != 1 else "") + \
-           (f", top-k {top_k}" if top_k else "")
+    what = f"top-p = {top_p:g}" + (", " + w("nucleus_size.temperature", temperature=temperature)
+                                   if temperature != 1 else "") + (f", top-k {top_k}" if top_k else "")
     return Question(
-        f"With {what}, how many tokens can still be drawn after “{before[-40:]}”?",
-        [str(c) for c in pool], pool.index(ans), ans,
-        f"Sorted from most likely, the first **{ans}** token(s) reach a total of {top_p:g} "
-        f"(they hold {float(d.tempered[d.kept].sum()):.3f} before renormalising); every other token is cut.",
+        w("nucleus_size.prompt", what=what, before=before[-40:]), [str(c) for c in pool], pool.index(ans), ans,
+        w("nucleus_size.explanation", ans=ans, top_p=top_p, held=float(d.tempered[d.kept].sum())),
         {"kept": ans, "top_p": top_p, "temperature": temperature, "top_k": top_k or 0},
         "generation.distribution", {"prompt": before, "temperature": temperature, "top_k": top_k or 0, "top_p": top_p})
 
 
-PROB_BANDS = ("less than half of 1/V (worse than a uniform guess)", "about 1/V (between half and twice)",
-              "between 2/V and 0.5", "more than 0.5")
+PROB_BANDS = tuple(ENGLISH[f"prob_band.{k}"] for k in range(4))
 
 
-def target_prob(q: dict, live: Live) -> Question:
+def target_prob(q: dict, live: Live, w: Words) -> Question:
     y = live.targets if live.scored is None else np.asarray(live.scored)[live.b, : live.n_pos]
     has = [t for t in range(live.n_pos) if y[t] >= 0]
     if not has:
@@ -225,37 +220,32 @@ def target_prob(q: dict, live: Live) -> Question:
     V = live.vocab_size
     band = 0 if p < 0.5 / V else (1 if p <= 2 / V else (2 if p <= 0.5 else 3))
     return Question(
-        f"At token {pos} ('{live.tokens[pos]}') the true next token is {_label(live, target)}. What probability "
-        f"does the model give it? (1/V = {1 / V:.3f})",
-        list(PROB_BANDS), band, p,
-        f"p({_label(live, target)} | the text up to token {pos}) = **{p:.3f}**; "
-        f"−log p = {-math.log(max(p, 1e-30)):.2f} "
-        f"is what this position adds to the loss.",
+        w("target_prob.prompt", pos=pos, token=live.tokens[pos], target=_label(live, target), inv_v=1 / V),
+        [w(f"prob_band.{k}") for k in range(4)], band, p,
+        w("target_prob.explanation", target=_label(live, target), pos=pos, p=p, nll=-math.log(max(p, 1e-30))),
         {"pos": pos, "token": target, "value": p}, "logits.target")
 
 
-def token_count(q: dict, live: Live) -> Question:
+def token_count(q: dict, live: Live, w: Words) -> Question:
     n = live.n_pos
     text = live.text()
-    chars, words = len(text), len(text.split())
-    cands = [n, chars, words, max(1, (n + chars) // 2), n + 2, max(1, n - 2)]
+    chars, n_words = len(text), len(text.split())
+    cands = [n, chars, n_words, max(1, (n + chars) // 2), n + 2, max(1, n - 2)]
     pool = []
     for c in cands:
         if c not in pool:
             pool.append(c)
     pool = sorted(pool[:4])
     return Question(
-        f"How many tokens does the tokenizer make of “{text[:60]}”? ({chars} characters, {words} words)",
-        [str(c) for c in pool], pool.index(n), n,
-        f"**{n}** tokens: each merge the tokenizer learned joins a frequent pair of characters into one token, so "
-        f"there are fewer tokens than the {chars} characters.",
+        w("token_count.prompt", text=text[:60], chars=chars, words=n_words), [str(c) for c in pool], pool.index(n), n,
+        w("token_count.explanation", n=n, chars=chars),
         {"count": n}, "tokens.chips")
 
 
-NO_TARGET = "−100 (nothing to predict)"
+NO_TARGET = ENGLISH["target_at.no_target"]
 
 
-def target_at(q: dict, live: Live) -> Question:
+def target_at(q: dict, live: Live, w: Words) -> Question:
     pos = _pos(live, q.get("pos"), 2)
     ids = live.ids
     y = int(live.targets[pos])
@@ -263,23 +253,20 @@ def target_at(q: dict, live: Live) -> Question:
     for j in (pos - 1, pos, pos + 1):
         if 0 <= j < live.n_pos and ids[j] not in cand:
             cand.append(ids[j])
-    labels = _distinct(live, cand) + [NO_TARGET]
+    no_target = w("target_at.no_target")
+    labels = _distinct(live, cand) + [no_target]
     correct = len(cand) if y < 0 else cand.index(y) if y in cand else None
     if correct is None:  # the target is a token not shown next to it (an edited id): add it
         labels.insert(-1, _label(live, y))
         correct = len(labels) - 2
-    answer = NO_TARGET if y < 0 else _label(live, y)
+    answer = no_target if y < 0 else _label(live, y)
     return Question(
-        f"x[{live.b}, {pos}] is '{live.tokens[pos]}'. What is the target y[{live.b}, {pos}]?",
-        labels, correct, y,
-        f"y[{live.b}, {pos}] = **{answer}**" + (
-            f": the token at position {pos + 1}. y is x shifted left by one, so at every position the model must "
-            "predict the token that comes next." if y >= 0 else
-            ": the last token has no next token, so its target is −100, which the loss ignores."),
+        w("target_at.prompt", b=live.b, pos=pos, token=live.tokens[pos]), labels, correct, y,
+        w("target_at.next" if y >= 0 else "target_at.last", b=live.b, pos=pos, answer=answer, next_pos=pos + 1),
         {"row": live.b, "col": pos}, "tokens.grids")
 
 
-def best_head(q: dict, live: Live) -> Question:
+def best_head(q: dict, live: Live, w: Words) -> Question:
     kind = q["behaviour"]
     probe = kind in ("induction", "duplicate") and live.model is not None
     scores = head_detector.detect(live.trace, live.b, probe_model=live.model if probe else None)[kind]
@@ -288,12 +275,12 @@ def best_head(q: dict, live: Live) -> Question:
     flat = int(np.argmax(s))
     ans = (flat // H, flat % H)
     pool = _spread_choices(flat, list(range(L * H)))
-    where = "on a probe of random tokens repeated twice" if probe else "on your text"
+    where = w("best_head.on_probe" if probe else "best_head.on_text")
     return Question(
-        f"Which head is the strongest {kind} head? Such a head {head_detector.DESCRIPTIONS[kind]}",
+        w("best_head.prompt", kind=w(f"head_kind.{kind}"), description=w(f"head_does.{kind}")),
         [f"L{c // H} H{c % H}" for c in pool], pool.index(flat), ans,
-        f"Scored {where} ({head_detector.HOW[kind]}): layer {ans[0]} head {ans[1]} scores **{s[ans]:.2f}**; "
-        f"a head that spread its weight evenly would score about {1 / max(2, live.n_pos // 2):.2f}.",
+        w("best_head.explanation", where=where, how=w(f"head_how.{kind}"), layer=ans[0], head=ans[1], score=s[ans],
+          even=1 / max(2, live.n_pos // 2)),
         {"hook": f"blocks.{ans[0]}.attn.hook_pattern", "head": ans[1]}, "step",
         {"hook": f"blocks.{ans[0]}.attn.hook_pattern"}, {"layer": ans[0], "head": ans[1]})
 
@@ -321,10 +308,10 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def ask(spec: dict, live: Live) -> Question:
-    """The question ``spec`` ({"kind": …, params}) asked of the live trace. Raises QuestionUnavailable when
-    this model or text cannot answer it."""
+def ask(spec: dict, live: Live, lang: str | Words = "en") -> Question:
+    """The question ``spec`` ({"kind": …, params}) asked of the live trace, worded in ``lang`` (a language code,
+    or its Words). Raises QuestionUnavailable when this model or text cannot answer it."""
     kind = KINDS.get(spec.get("kind"))
     if kind is None:
         raise QuestionUnavailable(f"unknown question kind {spec.get('kind')!r}")
-    return kind.fn(spec, live)
+    return kind.fn(spec, live, lang if isinstance(lang, Words) else words(lang))
