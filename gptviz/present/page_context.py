@@ -81,6 +81,7 @@ def defaults() -> dict[str, Any]:
         "head": 0,
         "show_values": False,
         "palette": "default",
+        "lang": "en",
         "edit_shape": False,
         "step": 0,
         "untrained": False,
@@ -95,7 +96,7 @@ URL_NOTICES = "_url_notices"
 # The settings a link carries: the model, the text, and the layer and head in view (so a link, or a reload after
 # the server restarted, opens the same view).
 URL_FIELDS = ["preset", "text", "source", "tokenizer", "merges", "lowercase", "untrained", "layer", "head",
-              "palette", *CONFIG_FIELDS]
+              "palette", "lang", *CONFIG_FIELDS]
 
 
 def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:

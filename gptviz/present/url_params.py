@@ -17,6 +17,7 @@ from ..config import ACTIVATIONS, NORM_PLACEMENTS, NORMS, POS_ENCODINGS, PRESETS
 from ..paths import CHECKPOINTS, MODEL_NAME, model_folder_names
 from ..text.tokenizers import TOKENIZER_NAMES
 from .figures.base import PALETTE_NAMES
+from .lessons.wording import languages
 from .page_context import CKPT_PREFIX, CONFIG_FIELDS, FOLDER_PREFIX, URL_FIELDS, Notice, _config_settings, defaults
 
 # Address-bar parameters a page owns and checks itself (the Lessons page): passed through untouched.
@@ -63,6 +64,7 @@ PARAMS: dict[str, Param] = {
     "layer": Param("int", 0, 47),
     "head": Param("int", -1, 63),  # -1: all heads
     "palette": Param("choice", options=PALETTE_NAMES),  # every chart's colours (colour-blind safe, …)
+    "lang": Param("choice", options=tuple(languages())),  # the lessons' language: en, and each lessons/<code>/
     # the model's shape
     "n_layer": Param("int", 1, 48),
     "n_head": Param("int", 1, 64),

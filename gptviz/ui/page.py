@@ -9,6 +9,7 @@ import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
 from ..present import url_params
+from ..present.lessons.wording import languages as lesson_languages
 from ..present.notebook import notebook_bytes
 from ..present.page_context import CKPT_PREFIX, FOLDER_PREFIX, Ctx, Notice, resolve
 from ..run import edits as edit_specs
@@ -186,6 +187,10 @@ def _view_settings(s: dict) -> None:
     _w("radio", "palette", "Colours", s, options=list(url_params.widget("palette")["options"]), horizontal=True,
        help="Every chart's colours, here and in the HTML report. Colour-blind safe: purple–white–orange for signed "
             "values and yellow–green–blue for probabilities, which read the same with red–green colour blindness.")
+    langs = lesson_languages()
+    _w("selectbox", "lang", "Lesson language", s, options=list(url_params.widget("lang")["options"]),
+       format_func=lambda c: langs.get(c, c), help="The lessons' language (?lang=es in the address). A lesson with no "
+       "translation yet is shown in English.")
     _w("radio", "export_format", "Chart download (camera button)", s, options=list(EXPORT_FORMATS),
        format_func=EXPORT_FORMATS.get, horizontal=True,
        help="What every chart's camera button saves. The HTML report (Home) has both on every chart.")

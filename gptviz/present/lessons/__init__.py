@@ -26,7 +26,8 @@ problem into a ``LessonError`` naming the file and the line; the other lessons s
 
 The modules: ``schema`` (Lesson, Step, the errors), ``toml_lines`` (the line of a key, for messages),
 ``loading`` (reading and checking files), ``pinned`` (the settings a step may pin), ``live`` (what a question
-reads) and ``questions`` (the question kinds).
+reads), ``questions`` (the question kinds), ``wording`` (the page's and the questions' words in each language) and
+``translations`` (a lesson's words in another language, ``lessons/<code>/<id>.toml``).
 """
 from ...paths import CHECKPOINTS
 from .live import Live, live_from_trace
@@ -35,10 +36,13 @@ from .pinned import SETTING_FIELDS, check_setting, choose_preset, overrides, pre
 from .questions import KINDS, LOSS_BANDS, MAX_CHOICES, NO_TARGET, PROB_BANDS, Kind, Question, ask
 from .schema import HOOK_PREFIXES, STEP_FIELDS, Lesson, LessonError, QuestionUnavailable, Step, is_hook
 from .toml_lines import TomlLines
+from .translations import read_translation, translate
+from .wording import ENGLISH, Words, languages, words
 
 __all__ = [
     "CHECKPOINTS", "LESSONS_DIR", "HOOK_PREFIXES", "KINDS", "LOSS_BANDS", "MAX_CHOICES", "NO_TARGET", "PROB_BANDS",
     "SETTING_FIELDS", "STEP_FIELDS", "Kind", "Lesson", "LessonError", "Live", "Question", "QuestionUnavailable",
     "Step", "TomlLines", "ask", "check_hook", "check_setting", "choose_preset", "is_hook", "live_from_trace",
-    "load_file", "load_folder", "overrides", "preset_ships",
+    "load_file", "load_folder", "overrides", "preset_ships", "ENGLISH", "Words", "languages", "words",
+    "read_translation", "translate",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -54,9 +54,10 @@ REVEAL_KEY_JS = (STATIC / "reveal_key.js").read_text(encoding="utf-8").strip()
 class Place:
     """Where the class is: the lesson shown, its step (0-based) and whether presenter mode is on."""
 
-    lesson: lessons.Lesson
+    lesson: lessons.Lesson  # in the class's language (the English lesson's views, settings and questions)
     i: int
     present: bool
+    words: lessons.Words = field(default_factory=lessons.words)  # the page's and the questions' words
 
     @property
     def n(self) -> int:
@@ -69,13 +70,14 @@ class Place:
 
 # ------------------------------------------------------------------ keys: ← →, and a new step starts at the top
 def arrow_keys(prev_box, next_box, *, key: str, shown: str, on_move: Callable[[int], None], first: bool,
-               last: bool) -> None:
+               last: bool, words: lessons.Words | None = None) -> None:
     """The one place for keys: ← and → press the Previous and Next buttons (drawn in ``prev_box`` and
     ``next_box``; ``on_move(-1 or +1)`` when pressed), and when ``shown`` (what is on the screen) differs from
     the last rerun's, a script scrolls back to the top (Streamlit keeps the scroll position between reruns)."""
-    prev_box.button("◀ Previous", key=f"{key}.prev", on_click=on_move, args=(-1,), disabled=first,
+    w = words or lessons.words()
+    prev_box.button(w("previous"), key=f"{key}.prev", on_click=on_move, args=(-1,), disabled=first,
                     shortcut="ArrowLeft", width="stretch")
-    next_box.button("Next ▶", key=f"{key}.next", on_click=on_move, args=(1,), disabled=last,
+    next_box.button(w("next"), key=f"{key}.next", on_click=on_move, args=(1,), disabled=last,
                     shortcut="ArrowRight", width="stretch")
     if st.session_state.get(f"{key}.shown") != shown:
         st.session_state[f"{key}.shown"] = shown
@@ -165,22 +167,26 @@ def picker(ctx, *, key: str = PAGE_KEY) -> Place:
         st.session_state[f"{key}.pick"] = found[0].id
 
     present = bool(st.session_state.get(f"{key}.present", False))
+    lang = str(ctx.s.get("lang", "en"))
+    w = lessons.words(lang)
+    shown = {les.id: lessons.translate(les, lang) for les in found}  # id -> (the lesson in lang, why not)
     # presenter mode: the step's title, the lesson and the toggle in one row (the counter moves to the bottom row)
     top = st.columns([6.2, 3, 2.4] if present else [3, 4, 2.4], vertical_alignment="center")
     pick_box, text_box = (top[1], top[0]) if present else (top[0], top[1])
-    lid = pick_box.selectbox("Lesson", [les.id for les in found], key=f"{key}.pick", label_visibility="collapsed",
-                             format_func=lambda x: f"{found.index(by_id[x]) + 1}. {by_id[x].title}")
-    lesson = by_id[lid]
+    lid = pick_box.selectbox(w("lesson"), [les.id for les in found], key=f"{key}.pick", label_visibility="collapsed",
+                             format_func=lambda x: f"{found.index(by_id[x]) + 1}. {shown[x][0].title}")
+    lesson, missing = shown[lid]
     n = len(lesson.steps)
     i = pos[lid] = max(0, min(int(pos.get(lid, 0)), n - 1))
     if present:
         text_box.markdown(_title_html(lesson.steps[i].title), unsafe_allow_html=True)
     else:
-        text_box.markdown(_counter_html(i, n, lesson.title), unsafe_allow_html=True)
-    top[2].toggle("Presenter mode", key=f"{key}.present", help="Sidebar collapsed, larger text and charts, one step "
-                  "per screen for a 1280×720 projector. Kept in the address bar (?present=1). ← and → move between "
-                  "steps.")
-    return Place(lesson, i, bool(st.session_state.get(f"{key}.present", False)))
+        text_box.markdown(_counter_html(w("step_of", i=i + 1, n=n), lesson.title), unsafe_allow_html=True)
+    top[2].toggle(w("presenter_mode"), key=f"{key}.present", help=w("presenter_help"))
+    if missing:
+        st.caption(("ⓘ " + w("no_translation", language=w.name)) if missing == "missing" else
+                   f"ⓘ {w('no_translation', language=w.name)} ({html.escape(missing)})")
+    return Place(lesson, i, bool(st.session_state.get(f"{key}.present", False)), w)
 
 
 def _title_html(title: str) -> str:
@@ -190,9 +196,10 @@ def _title_html(title: str) -> str:
     return f"<h2 class='present-title' style='font-size:{rem:.2f}rem'>{html.escape(title)}</h2>"
 
 
-def _counter_html(i: int, n: int, tail: str) -> str:
-    """The step counter ("Step 3 of 11 · …"), which the browser tests find by its test id."""
-    return f"<div class='lesson-counter' data-testid='lesson-counter'>Step {i + 1} of {n} · {html.escape(tail)}</div>"
+def _counter_html(step_of: str, tail: str) -> str:
+    """The step counter ("Step 3 of 11 · …", in the class's language), which the browser tests find by its test id."""
+    return (f"<div class='lesson-counter' data-testid='lesson-counter'>{html.escape(step_of)} · {html.escape(tail)}"
+            "</div>")
 
 
 @section("lessons.heading")
@@ -205,12 +212,12 @@ def heading(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
     nav[1].markdown(f"## {place.step.title}")
     lid = place.lesson.id
     arrow_keys(nav[0], nav[2], key=key, shown=f"{lid}.{place.i}", on_move=partial(_move, key, lid, place.n),
-               first=place.i == 0, last=place.i == place.n - 1)
+               first=place.i == 0, last=place.i == place.n - 1, words=place.words)
     if place.i == 0 and place.lesson.summary and not place.present:
         st.caption(place.lesson.summary)
 
 
-def _draw(view: str, c, key: str, options: dict, highlight=None) -> bool:
+def _draw(view: str, c, key: str, options: dict, highlight=None, words: lessons.Words | None = None) -> bool:
     """Draw a view (a section, or a hook through the "step" section); True if it drew the highlight."""
     fn = get("step") if lessons.is_hook(view) else get(view)
     kw = dict(options)
@@ -231,7 +238,7 @@ def _draw(view: str, c, key: str, options: dict, highlight=None) -> bool:
         name = str(hook).replace("{layer}", str(c.layer))
         if name in tr:
             info = step_info(tr, name)
-            with st.expander("Formula and PyTorch"):
+            with st.expander((words or lessons.words())("formula_code")):
                 st.latex(info.formula)
                 st.code(info.code, language="python")
     return drew
@@ -239,7 +246,7 @@ def _draw(view: str, c, key: str, options: dict, highlight=None) -> bool:
 
 def _question(key: str, place: Place, question: lessons.Question, is_revealed: bool) -> None:
     """The question, the class's answer, and Reveal (or, once revealed, whether they were right and Ask again)."""
-    lid, i = place.lesson.id, place.i
+    lid, i, w = place.lesson.id, place.i, place.words
     st.markdown(f"**{question.prompt}**")
     answer_key = f"{key}.answer.{lid}.{i}"
     n = len(question.choices)
@@ -248,23 +255,21 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
                     label_visibility="collapsed", horizontal=True)
     if not is_revealed:
         digit_keys(answer_key, min(n, 9))
-        st.button("Reveal", key=f"{key}.reveal.{lid}.{i}", type="primary", on_click=_reveal, args=(key, lid, i),
-                  disabled=pick is None, help="Pick an answer first (or press its number), then reveal the truth "
-                                              "(R).")
+        st.button(w("reveal"), key=f"{key}.reveal.{lid}.{i}", type="primary", on_click=_reveal, args=(key, lid, i),
+                  disabled=pick is None, help=w("reveal_help"))
         st.html(f"<script>{REVEAL_KEY_JS}</script>", unsafe_allow_javascript=True)  # R: Streamlit keeps it
         if pick is None and not place.present:  # (in presenter mode the disabled button's tooltip says it)
-            st.caption("Pick an answer first, then reveal it.")
+            st.caption(w("pick_first"))
         return
     if place.present:
-        _answer(question)
+        _answer(question, w)
     if pick is not None:
-        st.markdown(("**Right!**" if pick == question.correct else
-                     f"Not quite: the answer is **{question.answer}**.") + " It comes from the live model: "
-                    "change the text or the model and it changes with it.")
+        st.markdown((w("right") if pick == question.correct else w("not_quite", answer=question.answer)) + " "
+                    + w("from_live"))
     st.session_state[f"{key}.answer"] = {"lesson": lid, "step": i, "kind": place.step.question["kind"],
                                          "prompt": question.prompt, "answer": question.answer,
                                          "value": question.value}
-    st.button("Ask again", key=f"{key}.again.{lid}.{i}", on_click=_ask_again, args=(key, lid, i))
+    st.button(w("ask_again"), key=f"{key}.again.{lid}.{i}", on_click=_ask_again, args=(key, lid, i))
 
 
 def _pick(answer_key: str, j: int) -> None:
@@ -283,8 +288,8 @@ def digit_keys(answer_key: str, n: int) -> None:
 DIGIT_KEYS_BOX = "lesson_digit_keys"  # its CSS class, st-key-lesson_digit_keys, hides it (static/lessons.css)
 
 
-def _answer(question: lessons.Question) -> None:
-    st.success(f"**Answer: {question.answer}**  \n{question.explanation}", icon=":material/check_circle:")
+def _answer(question: lessons.Question, w: lessons.Words) -> None:
+    st.success(f"**{w('answer', answer=question.answer)}**  \n{question.explanation}", icon=":material/check_circle:")
 
 
 @section("lessons.step")
@@ -300,7 +305,7 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         live_q = lessons.Live(sctx.trace(), sctx.labels(), sctx.vocab_labels(), sctx.b, sctx.layer, sctx.head or 0,
                               sctx.model, sctx.tok, sctx.scored_y)
         try:
-            question = lessons.ask(step.question, live_q)
+            question = lessons.ask(step.question, live_q, place.words)
         except lessons.QuestionUnavailable as exc:
             unavailable = str(exc)
     is_revealed = question is not None and (lesson.id, i) in st.session_state[f"{key}.revealed"]
@@ -312,7 +317,7 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         right = right.container(height=PRESENT_PANEL_PX, border=False)
     with left:
         if is_revealed and place.present:  # the answer where the class looks: the text folds away
-            with st.expander("The step's text"):
+            with st.expander(place.words("step_text")):
                 st.markdown(step.text)
         else:
             st.markdown(step.text)
@@ -320,7 +325,7 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
             st.caption(note)
         show_notices(step_notices)
         if unavailable:
-            st.info(f"This step's question can't be asked of this model and text: {unavailable}.")
+            st.info(place.words("unavailable", why=unavailable))
         if question is not None:
             _question(key, place, question, is_revealed)
 
@@ -328,13 +333,14 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         vkey = f"L.{lesson.id}.{i}"
         if is_revealed:
             if not place.present:  # (in presenter mode it is under the question, in the left panel)
-                _answer(question)
-            _draw_answer(step, sctx, vkey, question, one_view=place.present)
+                _answer(question, place.words)
+            _draw_answer(step, sctx, vkey, question, one_view=place.present, words=place.words)
         else:
-            _draw(step.view, sctx, vkey, step.options)
+            _draw(step.view, sctx, vkey, step.options, words=place.words)
 
 
-def _draw_answer(step: lessons.Step, sctx, vkey: str, question: lessons.Question, one_view: bool) -> None:
+def _draw_answer(step: lessons.Step, sctx, vkey: str, question: lessons.Question, one_view: bool,
+                 words: lessons.Words | None = None) -> None:
     """The answer marked on the step's own figure if it can show it, else on the question's figure, drawn above
     the step's (the first thing the class sees). ``one_view`` (presenter mode, one screen): only the figure that
     shows the answer, when it is clear beforehand that the step's own cannot."""
@@ -343,7 +349,7 @@ def _draw_answer(step: lessons.Step, sctx, vkey: str, question: lessons.Question
         if question.settings:
             actx, _ = resolve(pinned(sctx.s, **question.settings), resources)
             actx.style = sctx.style
-        _draw(question.view, actx, vkey + ".answer", question.options, question.highlight)
+        _draw(question.view, actx, vkey + ".answer", question.options, question.highlight, words)
 
     own_marks = not lessons.is_hook(step.view) or (question.highlight or {}).get("hook") == step.view.replace(
         "{layer}", str(sctx.layer))
@@ -351,7 +357,7 @@ def _draw_answer(step: lessons.Step, sctx, vkey: str, question: lessons.Question
         answer_view()
         return
     box = st.container()
-    if not _draw(step.view, sctx, vkey, step.options, question.highlight) and question.view:
+    if not _draw(step.view, sctx, vkey, step.options, question.highlight, words) and question.view:
         with box:
             answer_view()
             st.divider()
@@ -363,11 +369,11 @@ def footer(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
     and Next buttons (← and →) either side of the counter."""
     if place.present:
         row = st.columns([1.4, 6, 1.4], vertical_alignment="center")
-        row[1].markdown(_counter_html(place.i, place.n, "← and → move between steps"),
+        row[1].markdown(_counter_html(place.words("step_of", i=place.i + 1, n=place.n), place.words("keys")),
                         unsafe_allow_html=True)
         lid = place.lesson.id
         arrow_keys(row[0], row[2], key=key, shown=f"{lid}.{place.i}", on_move=partial(_move, key, lid, place.n),
-                   first=place.i == 0, last=place.i == place.n - 1)
+                   first=place.i == 0, last=place.i == place.n - 1, words=place.words)
         return
-    st.caption(f"Step {place.i + 1} of {place.n} · ← and → move between steps" + (
-        "" if place.present else " · presenter mode: the toggle at the top, or ?present=1 in the address"))
+    st.caption(f"{place.words('step_of', i=place.i + 1, n=place.n)} · {place.words('keys')} · "
+               f"{place.words('present_hint')}")

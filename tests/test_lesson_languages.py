@@ -1,0 +1,167 @@
+"""Lessons in other languages (lessons/<code>/): each words file has every English key with the same fields; a
+translated lesson has the English lesson's steps, views, settings and questions, with its own words; a question
+asked in Spanish or Chinese on a live model has the English question's answer, value and choices count, in other
+words; a missing or broken translation falls back to English with a reason; ``?lang=`` is read and bounded, and the
+Lessons page speaks the language."""
+import shutil
+import string
+import tomllib
+from pathlib import Path
+
+import pytest
+from apphelp import ROOT
+from streamlit.testing.v1 import AppTest
+
+from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
+from gptviz.present import lessons as L
+from gptviz.present import url_params
+
+LANGS = ["es", "zh"]
+# the lessons translated so far (each into every language of LANGS)
+TRANSLATED = ["01_text_to_token_ids", "06_attention_is_not_explanation"]
+TEXT = "the cat sat on the mat. the dog sat on the log."
+
+
+def _names(template: str) -> set[str]:
+    """A template's fields, read with the standard library's own parser (not gptviz's)."""
+    return {n.split(".")[0].split("[")[0] for _, n, _, _ in string.Formatter().parse(template) if n}
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_words_file_has_every_key_with_the_english_fields(lang):
+    table = tomllib.loads((ROOT / "lessons" / lang / "_words.toml").read_text(encoding="utf-8"))
+    assert set(table) == set(L.ENGLISH)
+    for key, english in L.ENGLISH.items():
+        assert _names(table[key]) == _names(english), key
+        if key not in ("language",) and len(english) > 12:
+            assert table[key] != english, f"{lang}: {key} is not translated"
+    assert L.languages()[lang] == table["language"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lid", TRANSLATED)
+def test_a_translation_keeps_the_english_steps_views_settings_and_questions(lang, lid):
+    english = L.load_file(ROOT / "lessons" / f"{lid}.toml")
+    raw = tomllib.loads((ROOT / "lessons" / lang / f"{lid}.toml").read_text(encoding="utf-8"))
+    ours, why = L.translate(english, lang)
+    assert why == ""
+    assert len(ours.steps) == len(english.steps) == len(raw["steps"])
+    assert ours.title == raw["title"] != english.title and ours.id == english.id
+    for k, (a, b) in enumerate(zip(ours.steps, english.steps)):
+        assert (a.view, a.settings, a.options, a.question) == (b.view, b.settings, b.options, b.question), k
+        assert a.title == raw["steps"][k]["title"] != b.title
+        assert a.text.strip() and a.text == raw["steps"][k]["text"]
+        # the same formulas and code: every $…$ and `…` of the English text is in the translation
+        for piece in [p for p in b.text.split("$") if "\\" in p] + b.text.split("`")[1::2]:
+            assert piece in a.text, (k, piece)
+
+
+@pytest.fixture(scope="module")
+def live():
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    model = GPT(cfg)
+    b = encode_batch(tok, TEXT, cfg.block_size)
+    return L.live_from_trace(trace(model, b.x, targets=b.y, attention_mask=b.attention_mask), tok, layer=1,
+                             model=model)
+
+
+SPECS = [{"kind": "most_attended", "query": -1}, {"kind": "uniform_loss"}, {"kind": "loss_vs_uniform"},
+         {"kind": "greedy_next"}, {"kind": "nucleus_size", "top_p": 0.5, "temperature": 2.0}, {"kind": "target_prob"},
+         {"kind": "token_count"}, {"kind": "target_at", "pos": 2}, {"kind": "target_at", "pos": -1},
+         {"kind": "best_head", "behaviour": "previous"}, {"kind": "best_head", "behaviour": "induction"}]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(map(str, s.values())))
+def test_a_question_in_another_language_has_the_same_answer(live, lang, spec):
+    en, other = L.ask(spec, live, "en"), L.ask(spec, live, lang)
+    assert (other.correct, len(other.choices), other.highlight) == (en.correct, len(en.choices), en.highlight)
+    assert other.value == en.value
+    assert other.prompt != en.prompt and other.explanation != en.explanation
+    assert "{" not in other.prompt + other.explanation  # every field filled
+    words = tomllib.loads((ROOT / "lessons" / lang / "_words.toml").read_text(encoding="utf-8"))
+    kind = spec["kind"]
+    head = words[f"{kind}.prompt"].split("{")[0]
+    assert other.prompt.startswith(head)
+
+
+def test_a_missing_or_broken_translation_falls_back_to_english(tmp_path):
+    english = L.load_file(ROOT / "lessons" / "06_attention_is_not_explanation.toml")
+    (tmp_path / "fr").mkdir()
+    assert L.translate(english, "fr", tmp_path) == (english, "missing")
+    good = (ROOT / "lessons" / "es" / f"{english.id}.toml").read_text(encoding="utf-8")
+    path = tmp_path / "fr" / f"{english.id}.toml"
+    path.write_text(good.replace('[[steps]]\ntitle = "Por qué no coinciden"', '[[bad]]\ntitle = "x"'), "utf-8")
+    lesson, why = L.translate(english, "fr", tmp_path)
+    assert lesson is english and "bad" in why
+    path.write_text(good.rsplit("[[steps]]", 1)[0], "utf-8")
+    lesson, why = L.translate(english, "fr", tmp_path)
+    assert lesson is english and "4 steps" in why and "has 5" in why
+    path.write_text(good.replace('title = "Dónde mira una cabeza"', 'title = "x"\nview = "hook_embed"'), "utf-8")
+    assert "title and a text only" in L.translate(english, "fr", tmp_path)[1]
+    assert L.translate(english, "../es", tmp_path)[0] is english  # a code is never a path
+
+
+def test_a_words_file_without_a_key_or_with_a_misspelt_field_reads_in_english(tmp_path):
+    (tmp_path / "fr").mkdir()
+    (tmp_path / "fr" / "_words.toml").write_text('language = "Français"\nreveal = "Révéler"\n'
+                                                 'step_of = "Étape {j} sur {n}"\n', "utf-8")
+    w = L.words("fr", tmp_path)
+    assert (w.name, w("reveal"), w("next")) == ("Français", "Révéler", "Next ▶")
+    assert w("step_of", i=3, n=5) == "Step 3 of 5"
+    assert L.languages(tmp_path) == {"en": "English", "fr": "Français"}
+
+
+def test_the_address_carries_a_known_language_and_only_that():
+    s, notes = url_params.read({"lang": "zh"})
+    assert s["lang"] == "zh" and not notes
+    for bad in ("xx", "../es", "<b>es</b>", "e" * 5000):
+        s, notes = url_params.read({"lang": bad})
+        assert s["lang"] == "en" and len(notes) == 1
+
+
+def _page(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app_pages" / "lessons.py"), default_timeout=180)
+    for k, v in {"preset": "default", **query}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception and not at.error, [e.message for e in at.exception]
+    return at
+
+
+def test_the_lessons_page_speaks_spanish_with_the_same_answer():
+    at = _page(lang="es", lesson="01_text_to_token_ids", lstep="1")
+    es = tomllib.loads((ROOT / "lessons" / "es" / "01_text_to_token_ids.toml").read_text(encoding="utf-8"))
+    assert any(es["steps"][0]["title"] in m.value for m in at.markdown)
+    assert {b.label for b in at.button} >= {"◀ Anterior", "Siguiente ▶", "Revelar"}
+    radio = at.radio(key="lessons.answer.01_text_to_token_ids.0")
+    en = _page(lesson="01_text_to_token_ids", lstep="1").radio(key="lessons.answer.01_text_to_token_ids.0")
+    assert radio.options == en.options  # token counts: the same choices
+    radio.set_value(0).run()  # pick the first choice, reveal, and read the verdict in Spanish
+    at.button(key="lessons.reveal.01_text_to_token_ids.0").click().run()
+    said = " ".join(m.value for m in at.markdown)
+    assert "**¡Correcto!**" in said or "No exactamente" in said
+    assert any(b.label == "Preguntar de nuevo" for b in at.button)
+
+
+def test_a_lesson_not_yet_translated_shows_english_with_a_notice():
+    at = _page(lang="zh", lesson="03_initial_loss", lstep="1")
+    assert any("这节课还没有中文译文" in c.value for c in at.caption)
+    assert any("A model that knows nothing" in m.value for m in at.markdown)
+    assert any(b.label == "下一步 ▶" for b in at.button)
+
+
+def test_a_teacher_adds_a_language_as_data(tmp_path, monkeypatch):
+    """A new folder with a words file and one lesson: the language appears, and that lesson reads in it."""
+    folder = tmp_path / "lessons"
+    shutil.copytree(ROOT / "lessons", folder)
+    (folder / "fr").mkdir()
+    (folder / "fr" / "_words.toml").write_text('language = "Français"\n', "utf-8")
+    english = L.load_file(folder / "03_initial_loss.toml")
+    steps = "".join(f'[[steps]]\ntitle = "Étape {k}"\ntext = "…"\n' for k in range(len(english.steps)))
+    (folder / "fr" / "03_initial_loss.toml").write_text(f'title = "La perte initiale"\n{steps}', "utf-8")
+    assert L.languages(folder)["fr"] == "Français"
+    lesson, why = L.translate(english, "fr", folder)
+    assert why == "" and lesson.title == "La perte initiale" and lesson.steps[1].title == "Étape 1"
+    assert Path(folder / "fr").is_dir()
