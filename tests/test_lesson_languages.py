@@ -18,7 +18,7 @@ from gptviz.present import url_params
 
 LANGS = ["es", "zh"]
 # the lessons translated so far (each into every language of LANGS)
-TRANSLATED = ["01_text_to_token_ids", "06_attention_is_not_explanation"]
+TRANSLATED = ["01_text_to_token_ids", "03_initial_loss", "06_attention_is_not_explanation"]
 TEXT = "the cat sat on the mat. the dog sat on the log."
 
 
@@ -146,9 +146,9 @@ def test_the_lessons_page_speaks_spanish_with_the_same_answer():
 
 
 def test_a_lesson_not_yet_translated_shows_english_with_a_notice():
-    at = _page(lang="zh", lesson="03_initial_loss", lstep="1")
+    at = _page(lang="zh", lesson="05_logits_to_text", lstep="1")
     assert any("这节课还没有中文译文" in c.value for c in at.caption)
-    assert any("A model that knows nothing" in m.value for m in at.markdown)
+    assert any("Logits become probabilities" in m.value for m in at.markdown)
     assert any(b.label == "下一步 ▶" for b in at.button)
 
 
