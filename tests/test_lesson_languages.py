@@ -17,8 +17,10 @@ from gptviz.present import lessons as L
 from gptviz.present import url_params
 
 LANGS = ["es", "zh"]
-# the lessons translated so far (each into every language of LANGS)
-TRANSLATED = ["01_text_to_token_ids", "03_initial_loss", "06_attention_is_not_explanation"]
+ALL = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
+       "05_logits_to_text", "06_attention_is_not_explanation"]
+# the lessons translated so far, by language
+TRANSLATED = {"es": ALL, "zh": ["01_text_to_token_ids", "03_initial_loss", "06_attention_is_not_explanation"]}
 TEXT = "the cat sat on the mat. the dog sat on the log."
 
 
@@ -38,8 +40,7 @@ def test_each_words_file_has_every_key_with_the_english_fields(lang):
     assert L.languages()[lang] == table["language"]
 
 
-@pytest.mark.parametrize("lang", LANGS)
-@pytest.mark.parametrize("lid", TRANSLATED)
+@pytest.mark.parametrize("lang,lid", [(lang, lid) for lang, ids in TRANSLATED.items() for lid in ids])
 def test_a_translation_keeps_the_english_steps_views_settings_and_questions(lang, lid):
     english = L.load_file(ROOT / "lessons" / f"{lid}.toml")
     raw = tomllib.loads((ROOT / "lessons" / lang / f"{lid}.toml").read_text(encoding="utf-8"))
@@ -84,6 +85,13 @@ def test_a_question_in_another_language_has_the_same_answer(live, lang, spec):
     kind = spec["kind"]
     head = words[f"{kind}.prompt"].split("{")[0]
     assert other.prompt.startswith(head)
+
+
+def test_every_lesson_file_is_listed_and_no_translation_lacks_its_english_lesson():
+    assert sorted(p.stem for p in (ROOT / "lessons").glob("*.toml")) == ALL
+    for lang in LANGS:
+        have = sorted(p.stem for p in (ROOT / "lessons" / lang).glob("*.toml") if p.name != "_words.toml")
+        assert have == sorted(TRANSLATED[lang]), lang
 
 
 def test_a_missing_or_broken_translation_falls_back_to_english(tmp_path):
