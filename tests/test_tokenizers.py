@@ -164,3 +164,68 @@ def test_a_damaged_vocabulary_is_refused(tmp_path):
         load_mergeable_ranks("r50k_base", tmp_path / "missing.gz")
     with pytest.raises(ValueError, match="unknown encoding"):
         TiktokenTokenizer("p50k")
+
+
+# --------------------------------------------------------------------------- labels read in context
+def _oracle_labels(text: str, pieces: list[bytes]) -> list[str]:
+    """Each token's label worked out from the text itself: every character's byte range from its own UTF-8
+    length, then, for each token's byte range, the characters it touches, with … where one goes on past it."""
+    spans, at = [], 0
+    for ch in text:
+        n = len(ch.encode("utf-8"))
+        spans.append((at, at + n, ch))
+        at += n
+    out, at = [], 0
+    for p in pieces:
+        s, e = at, at + len(p)
+        at = e
+        touched = [c for c in spans if c[0] < e and c[1] > s]
+        whole = all(s <= c[0] and c[1] <= e for c in touched)
+        label = visible("".join(c[2] for c in touched))
+        if not whole:
+            label = ("…" if touched[0][0] < s else "") + label + ("…" if touched[-1][1] > e else "")
+        out.append(label)
+    return out
+
+
+@pytest.mark.parametrize("name", ["gpt2", "cl100k_base"])
+@pytest.mark.parametrize("text", ["注意力是你所需要的", "héllo 🤖 wörld, 日本語のテキスト", "the cat sat"])
+def test_a_character_split_over_byte_tokens_is_labelled_by_that_character(name, text):
+    from gptviz.text.tokenizers import token_labels
+
+    tok = get_tokenizer(name)
+    ids = tok.encode(text)
+    pieces = [tok._enc.decode_single_token_bytes(i) for i in ids]  # tiktoken's own bytes for each token
+    assert b"".join(pieces) == text.encode("utf-8")
+    assert token_labels(tok, ids) == _oracle_labels(text, pieces)
+
+
+def test_gpt2_splits_chinese_characters_and_the_labels_say_which():
+    from gptviz.text.tokenizers import token_labels
+
+    tok = get_tokenizer("gpt2")
+    labels = token_labels(tok, tok.encode("注意力"))
+    assert labels == ["注…", "…注", "意…", "…意", "力…", "…力"]  # GPT-2 gives each of these characters two tokens
+    assert all("\\x" not in lab for lab in labels)
+
+
+def test_a_byte_level_tokenizer_json_labels_split_characters_too(tmp_path):
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from gptviz.text.hf_tokenizer import HFTokenizer
+    from gptviz.text.tokenizers import token_labels
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.train_from_iterator(["the cat sat on the mat"] * 20, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[EOT]))
+    raw.save(str(tmp_path / "tokenizer.json"))
+    tok = HFTokenizer.from_file(tmp_path / "tokenizer.json")
+    text = "猫 the cat"
+    ids = tok.encode(text)
+    pieces = [tok.token_bytes(i) for i in ids]
+    assert b"".join(pieces) == text.encode("utf-8")  # 猫 is unseen: three byte tokens
+    assert token_labels(tok, ids) == _oracle_labels(text, pieces)
+    assert token_labels(tok, ids)[:3] == ["猫…", "…猫…", "…猫"]

@@ -88,7 +88,8 @@ def notebook_for(ctx: Ctx):
                          "from gptviz import ModelConfig, build_model, encode_batch, get_tokenizer, load_checkpoint, "
                          "trace\nfrom gptviz.model.hook_names import act_name\n"
                          "from gptviz.present import figures, matrices\nfrom gptviz.present.descriptions import "
-                         "step_info\nfrom gptviz.run import edits as edit_specs\n\n"
+                         "step_info\nfrom gptviz.run import edits as edit_specs\n"
+                         "from gptviz.text.tokenizers import token_labels\n\n"
                          f"pio.renderers.default = {RENDERER!r}"),
         *[v4.new_code_cell(c) for c in _model_cells(ctx)],
         v4.new_code_cell(f"text = {str(s.get('text', ''))!r}\n"
@@ -102,7 +103,7 @@ def notebook_for(ctx: Ctx):
                          "tr = trace(model, x, targets=y, attention_mask=mask, edits=edits)\n"
                          "print(f'loss {tr.loss:.4f}')"),
         v4.new_code_cell(f"name = act_name('pattern', {layer})\ninfo = step_info(tr, name)\n"
-                         "labels = [tok.token_str(int(i)) for i in x[0, : batch.lengths[0]]]\n"
+                         "labels = token_labels(tok, x[0, : batch.lengths[0]].tolist())\n"
                          f"m = matrices.step_matrix(tr[name].detach().numpy(), info, labels, 0, {head}, "
                          "masked=matrices.masked_cells(tr, 0), n_pos=batch.lengths[0])\n"
                          f"fig = figures.heatmap(m, info.title + ' · head {head}')\nfig"),

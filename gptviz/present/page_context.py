@@ -20,6 +20,7 @@ from ..paths import CHECKPOINTS
 from ..run import edits as edit_specs
 from ..run.trace import Trace
 from ..text.batches import DEFAULT_PROMPT, Batch, encode_batch
+from ..text.tokenizers import token_labels
 from ..training import tasks
 
 CKPT_PREFIX = "checkpoint: "
@@ -200,7 +201,7 @@ class Ctx:
 
     def labels(self, b: Optional[int] = None) -> list[str]:
         b = self.b if b is None else b
-        return [self.tok.token_str(int(i)) for i in self.batch.x[b, : self.batch.lengths[b]]]
+        return token_labels(self.tok, self.batch.x[b, : self.batch.lengths[b]].tolist())
 
     def id_label(self, i: int) -> str:
         return self.tok.token_str(int(i))

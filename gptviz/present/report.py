@@ -27,6 +27,7 @@ from ..run import edits as edit_specs
 from ..run.loss import mean_over, uniform_loss
 from ..run.trace import Trace
 from ..text.batches import encode_batch
+from ..text.tokenizers import token_labels
 from . import figures, matrices, page_context
 from .descriptions import step_info
 from .report_store import Store, shipped_names
@@ -51,7 +52,7 @@ def _source_side(ctx, tr: Trace) -> tuple[Optional[list[str]], Optional[np.ndarr
     ids = np.asarray(src)[ctx.b]
     m = tr.source.get("enc_mask")
     n = int(len(ids) if m is None else np.asarray(m)[ctx.b].astype(bool).sum())
-    return [ctx.tok.token_str(int(i)) for i in ids[:n]], None  # only the real positions: no padding to grey
+    return token_labels(ctx.tok, ids[:n].tolist()), None  # only the real positions: no padding to grey
 
 
 def step_figure(ctx, tr: Trace, name: str):

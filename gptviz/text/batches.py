@@ -103,6 +103,11 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, block_size: int | None
 MAX_LINES = 16
 
 
+# What to change when a text's characters are not in a character tokenizer's vocabulary.
+READ_OTHER_SCRIPTS = ("To read another script (Chinese, say), pick a byte-level tokenizer (gpt2, cl100k_base or "
+                      "o200k_base) for the configurable model, or a model that uses one")
+
+
 def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None = None,
                  max_lines: int = MAX_LINES) -> Batch:
     """Encode each line of text as one row of a batch (see ``pad_batch``), with notices for the user.
@@ -137,10 +142,10 @@ def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None =
             unknown.update(dict.fromkeys(unknown_of(t)))
         if unknown:
             shown = " ".join(repr(c) for c in list(unknown)[:12]) + (" …" if len(unknown) > 12 else "")
-            notices.append(f"Not in this tokenizer's vocabulary, so left out: {shown}.")
+            notices.append(f"Not in this tokenizer's vocabulary, so left out: {shown}. {READ_OTHER_SCRIPTS}.")
     seqs = [tokenizer.encode(t) for t in texts]
     if all(len(s) == 0 for s in seqs):
-        raise ValueError("none of the text's characters are in the tokenizer's vocabulary")
+        raise ValueError("none of the text's characters are in the tokenizer's vocabulary. " + READ_OTHER_SCRIPTS)
     batch = pad_batch(seqs, tokenizer.eot_id, block_size, frozenset(cut) if block_size is not None else frozenset())
     batch.notices = notices + batch.notices
     return batch

@@ -93,5 +93,23 @@ class HFTokenizer:
             return f"\\x{piece[3:5].lower()}"
         return piece.replace("▁", " ")
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for: a byte-level token's bytes, SentencePiece's byte fallback ``<0xNN>`` as
+        that byte, any other piece as UTF-8 (``▁`` as a space). Raises KeyError for an id with no piece."""
+        piece = self._tok.id_to_token(int(token_id))
+        if piece is None:
+            raise KeyError(token_id)
+        if self._byte_level:
+            table = _byte_decoder()
+            if all(ch in table for ch in piece):
+                return bytes(table[ch] for ch in piece)
+            return piece.encode("utf-8")
+        if piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return piece.replace("▁", " ").encode("utf-8")
+
     def token_str(self, token_id: int) -> str:
         return visible(self.token_text(token_id))

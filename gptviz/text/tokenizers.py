@@ -8,6 +8,7 @@ The literal text ``<|endoftext|>`` is read as the end-of-text token by every tok
 from __future__ import annotations
 
 import base64
+import bisect
 import gzip
 import hashlib
 import threading
@@ -336,6 +337,83 @@ class TiktokenTokenizer:
             return f"<unused {token_id}>"
         # Bytes that are not whole UTF-8 characters (part of an emoji, say) are shown as \xNN.
         return visible(raw.decode("utf-8", errors="backslashreplace"))
+
+
+def _utf8_chars(data: bytes) -> list[tuple[int, int, str]]:
+    """``data`` read as UTF-8, one ``(start, end, text)`` per character; a byte that starts no valid character is
+    its own piece, shown as ``\\xNN``."""
+    out, i, n = [], 0, len(data)
+    while i < n:
+        lead = data[i]
+        size = 1 if lead < 0x80 else 2 if 0xC2 <= lead < 0xE0 else 3 if 0xE0 <= lead < 0xF0 else \
+            4 if 0xF0 <= lead < 0xF5 else 0
+        try:
+            ch = data[i:i + size].decode("utf-8") if size and i + size <= n else None
+        except UnicodeDecodeError:
+            ch = None
+        if ch is None:
+            out.append((i, i + 1, f"\\x{lead:02x}"))
+            i += 1
+        else:
+            out.append((i, i + size, ch))
+            i += size
+    return out
+
+
+SPLIT_MARK = "…"  # stands where a character goes on into the token before or after
+
+
+def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
+    """A display label for each token of one sequence, read in context.
+
+    A byte-level tokenizer (GPT-2's, cl100k, o200k, a byte-level ``tokenizer.json``) may split one character into
+    several tokens: a Chinese character is three UTF-8 bytes, and GPT-2 often gives it two tokens. Such a token
+    means nothing alone (``\\xe6\\xb3``), so it is labelled with the character it is part of, and ``…`` on the side
+    where the character goes on into the next or previous token: 注 as two tokens reads ``注…`` then ``…注``.
+    A token that is whole characters keeps its ``token_str``. Tokenizers without ``token_bytes`` (the char BPE)
+    are labelled by ``token_str`` alone."""
+    ids = [int(i) for i in ids]
+    labels = [tokenizer.token_str(i) for i in ids]
+    token_bytes = getattr(tokenizer, "token_bytes", None)
+    if token_bytes is None or not ids:
+        return labels
+    pieces = []
+    for i in ids:
+        try:
+            pieces.append(token_bytes(i))
+        except (KeyError, ValueError):
+            pieces.append(None)
+    split = [p is not None and _utf8_split(p) for p in pieces]
+    if not any(split):
+        return labels
+    # read the run of byte tokens around each split one as one byte string
+    starts, data, pos = [], b"", 0
+    for p in pieces:
+        starts.append(pos)
+        data += p or b""
+        pos += len(p or b"")
+    chars = _utf8_chars(data)
+    char_starts, char_ends = [c[0] for c in chars], [c[1] for c in chars]
+    for k, p in enumerate(pieces):
+        if not split[k]:
+            continue
+        s, e = starts[k], starts[k] + len(p)
+        first = bisect.bisect_right(char_ends, s)  # the first character that ends after s
+        inside = [c for c in chars[first:bisect.bisect_left(char_starts, e)]]
+        if not inside:
+            continue
+        text = "".join(c[2] for c in inside)
+        labels[k] = (SPLIT_MARK if inside[0][0] < s else "") + visible(text) + (SPLIT_MARK if inside[-1][1] > e else "")
+    return labels
+
+
+def _utf8_split(piece: bytes) -> bool:
+    """Whether a token's bytes are not whole UTF-8 characters."""
+    try:
+        piece.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
 
 
 def get_tokenizer(name: str, train_texts: Optional[Sequence[str]] = None, num_merges: int = 5,

@@ -19,6 +19,7 @@ from ..present.page_context import (
     defaults,
     encode_source,
 )
+from ..text.tokenizers import token_labels
 
 KEY = "gptviz.settings"
 PAGE_PARAMS = url_params.PAGE_PARAMS  # address-bar parameters a page owns (the Lessons page)
@@ -181,7 +182,7 @@ def source_keys(ctx, b: Optional[int] = None) -> tuple[Optional[list[str]], Opti
     if src is None:
         return None, None
     b = ctx.b if b is None else min(b, src.x.shape[0] - 1)
-    labels = [ctx.tok.token_str(int(i)) for i in src.x[b]]
+    labels = token_labels(ctx.tok, src.x[b].tolist())
     pad = np.asarray(src.attention_mask[b]) == 0
     return labels, (pad if pad.any() else None)
 

@@ -81,3 +81,44 @@ def test_merges_slider_changes_the_tokens():
     at = set_sidebar(at, "merges", 0)
     ok(at)
     assert len(charts(at)[0]["data"][0]["x"]) > n_before  # no merges: one token per character
+
+
+def test_chinese_text_reads_as_characters_on_the_chips_and_the_heatmap_axes():
+    """GPT-2's byte tokens split each of these characters in two: the chips and the attention heatmap's axes name
+    the character (注… then …注), never escaped bytes."""
+    from apphelp import PAGES, TIMEOUT, ROOT
+    from streamlit.testing.v1 import AppTest
+
+    text = "注意力是你所需要的"
+    at = ok(page("tokens", tokenizer="gpt2", text=text))
+    chips = " ".join(m.value for m in at.markdown)
+    for label in ("注…", "…注", "…需…", "是", "的"):
+        assert f">{label}<" in chips, label
+    assert "\\x" not in chips
+    x_grid, y_grid = charts(at)[0]["data"][0]["text"][0], charts(at)[1]["data"][0]["text"][0]
+    assert "注…" in x_grid[0] and "…注" in y_grid[0]  # the target at 0 is the token at 1, labelled the same
+    assert not any("\\x" in str(c) for c in x_grid + y_grid)
+    assert any("… marks a character split over several tokens" in c.value for c in at.caption)
+    attention = AppTest.from_file(str(ROOT / PAGES["attention"]), default_timeout=TIMEOUT)
+    for k, v in {"preset": "default", "tokenizer": "gpt2", "text": text}.items():
+        attention.query_params[k] = v
+    attention.run()
+    assert not attention.exception
+    axes = [c for c in charts(attention) if c["data"] and c["data"][0].get("type") == "heatmap"]
+    ticks = set()
+    for c in axes:
+        for ax in ("xaxis", "yaxis"):
+            ticks.update(str(t) for t in c["layout"].get(ax, {}).get("ticktext") or [])
+            ticks.update(str(t) for t in c["data"][0].get("x" if ax == "xaxis" else "y") or [])
+    assert any("注…" in t for t in ticks) and any("…注" in t for t in ticks), sorted(ticks)[:20]
+    assert not any("\\x" in t for t in ticks)
+
+
+def test_characters_the_char_bpe_does_not_know_show_as_left_out_chips_and_say_what_to_change():
+    at = ok(page("tokens", text="the cat 注意 sat"))
+    chips = " ".join(m.value for m in at.markdown)
+    assert "not in the vocabulary: left out" in chips and ">注<" in chips and ">意<" in chips
+    assert "byte-level tokenizer" in messages(at) + " ".join(c.value for c in at.caption)
+    at = ok(page("tokens", text="注意力"))  # nothing it can read: the example, the user's text kept
+    assert "byte-level tokenizer" in messages(at)
+    assert at.query_params.get("text") in ("注意力", ["注意力"]) or "注意力" in str(at.sidebar.text_area[0].value)

@@ -9,18 +9,25 @@ from ...config import ModelConfig
 _CHIP_COLORS = ["#ffd6a5", "#caffbf", "#9bf6ff", "#bdb2ff", "#ffc6ff", "#fdffb6", "#a0c4ff", "#ffadad"]
 
 
-def token_chips_html(labels: Sequence[str], ids: Sequence[int], pad_from: Optional[int] = None) -> str:
-    """Tokens as coloured chips with their ids underneath. Colours follow the id, so repeats match."""
+def token_chips_html(labels: Sequence[str], ids: Sequence[Optional[int]], pad_from: Optional[int] = None,
+                     unknown: bool = False) -> str:
+    """Tokens as coloured chips with their ids underneath. Colours follow the id, so repeats match.
+    ``unknown``: characters with no token (left out of the input), as white chips crossed out in red, no id."""
     out = ['<div style="display:flex;flex-wrap:wrap;gap:6px;font-size:20px;line-height:1.2">']
     for i, (lab, tid) in enumerate(zip(labels, ids)):
         pad = pad_from is not None and i >= pad_from
-        bg = "#e0e0e0" if pad else _CHIP_COLORS[int(tid) % len(_CHIP_COLORS)]
-        border = "2px dashed #888" if pad else "1px solid #999"
+        if unknown:
+            bg, border, under, title = "#ffffff", "2px dashed #c62828", "no id", "not in the vocabulary: left out"
+        else:
+            bg = "#e0e0e0" if pad else _CHIP_COLORS[int(tid) % len(_CHIP_COLORS)]
+            border = "2px dashed #888" if pad else "1px solid #999"
+            under, title = f'{int(tid)}{" pad" if pad else ""}', f"position {i}, id {int(tid)}"
+        strike = "text-decoration:line-through;text-decoration-color:#c62828;" if unknown else ""
         out.append(
-            f'<span title="position {i}, id {int(tid)}" style="background:{bg};border:{border};border-radius:6px;'
+            f'<span title="{title}" style="background:{bg};border:{border};border-radius:6px;'
             f'padding:4px 8px;color:#111;display:inline-flex;flex-direction:column;align-items:center">'
-            f'<span style="white-space:pre">{html.escape(lab)}</span>'
-            f'<span style="font-size:13px;color:#444">{int(tid)}{" pad" if pad else ""}</span></span>'
+            f'<span style="white-space:pre;{strike}">{html.escape(lab)}</span>'
+            f'<span style="font-size:13px;color:#444">{under}</span></span>'
         )
     out.append("</div>")
     return "".join(out)

@@ -7,6 +7,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ...text.tokenizers import token_labels
+
 
 @dataclass
 class Live:
@@ -60,4 +62,4 @@ def live_from_trace(tr, tok, b: int = 0, layer: int = 0, head: int = 0, model=No
     idx = tr.idx.detach().cpu().numpy() if isinstance(tr.idx, torch.Tensor) else np.asarray(tr.idx)
     n = int(mask[b].sum()) if mask is not None and mask.ndim == 2 else idx.shape[1]
     vocab = [tok.token_str(i) for i in range(tok.vocab_size)]
-    return Live(tr, [tok.token_str(int(i)) for i in idx[b, :n]], vocab, b, layer, head, model, tok, scored)
+    return Live(tr, token_labels(tok, idx[b, :n].tolist()), vocab, b, layer, head, model, tok, scored)

@@ -202,13 +202,17 @@ def _counter_html(step_of: str, tail: str) -> str:
             "</div>")
 
 
+# Previous | title | Next: wide enough for the longest word of any language's Next with its key hint (Siguiente ▶ →)
+NAV_COLUMNS = [1.9, 6, 1.9]
+
+
 @section("lessons.heading")
 def heading(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
     """The step's title between the Previous and Next buttons (← and →), and the lesson's summary on its first
     step (outside presenter mode). In presenter mode the title is in the top row and the buttons in the footer."""
     if place.present:
         return
-    nav = st.columns([1.4, 6, 1.4], vertical_alignment="center")
+    nav = st.columns(NAV_COLUMNS, vertical_alignment="center")
     nav[1].markdown(f"## {place.step.title}")
     lid = place.lesson.id
     arrow_keys(nav[0], nav[2], key=key, shown=f"{lid}.{place.i}", on_move=partial(_move, key, lid, place.n),
@@ -368,7 +372,7 @@ def footer(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
     """Which step this is, and how to move on and to turn presenter mode on. In presenter mode: the Previous
     and Next buttons (← and →) either side of the counter."""
     if place.present:
-        row = st.columns([1.4, 6, 1.4], vertical_alignment="center")
+        row = st.columns(NAV_COLUMNS, vertical_alignment="center")
         row[1].markdown(_counter_html(place.words("step_of", i=place.i + 1, n=place.n), place.words("keys")),
                         unsafe_allow_html=True)
         lid = place.lesson.id

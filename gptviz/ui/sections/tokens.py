@@ -8,13 +8,18 @@ import pandas as pd
 import streamlit as st
 
 from ...present import figures
+from ...text.batches import READ_OTHER_SCRIPTS
+from ...text.tokenizers import SPLIT_MARK
 from ..widgets import plot
 from . import section
 from .steps import mark_cell
 
 
 def _labels(ctx) -> list[list[str]]:
-    return [[ctx.id_label(i) for i in row] for row in ctx.batch.x.tolist()]
+    """Every row's labels: its real tokens read in context (a character split over byte tokens shows as 注… …注),
+    then the padding's."""
+    b = ctx.batch
+    return [ctx.labels(r) + [ctx.id_label(i) for i in row[b.lengths[r]:]] for r, row in enumerate(b.x.tolist())]
 
 
 @section("tokens.grids")
@@ -22,9 +27,13 @@ def grids(ctx, *, key: str = "grid", highlight: Optional[dict] = None) -> bool:
     """x and y as B×T grids of tokens and ids. ``highlight`` {"row", "col"} outlines one target cell of y."""
     b = ctx.batch
     B, T = b.x.shape
-    plot(ctx, figures.token_grid(_labels(ctx), b.x.numpy(), b.attention_mask.numpy(),
+    xlabels = _labels(ctx)
+    plot(ctx, figures.token_grid(xlabels, b.x.numpy(), b.attention_mask.numpy(),
                                  f"x: the input ids, B={B} × T={T}"), key=f"{key}.x")
-    ylabels = [[ctx.id_label(i) if i >= 0 else "" for i in row] for row in b.y.tolist()]
+    xs = b.x.tolist()
+    # a target is the next input token: label it as that token is labelled in context (注… …注), else by its id
+    ylabels = [[xlabels[r][t + 1] if i >= 0 and t + 1 < len(xs[r]) and xs[r][t + 1] == i else
+                ctx.id_label(i) if i >= 0 else "" for t, i in enumerate(row)] for r, row in enumerate(b.y.tolist())]
     fig = figures.token_grid(ylabels, b.y.numpy(), b.attention_mask.numpy(),
                              "y: the targets, x shifted left by one (— = nothing to predict)")
     marked = bool(highlight and "row" in highlight and "col" in highlight)
@@ -48,12 +57,34 @@ def chips(ctx, *, key: str = "chips", highlight: Optional[dict] = None) -> bool:
         st.markdown(figures.token_chips_html(labels[r], b.x[r].tolist(), pad_from=b.lengths[r]), unsafe_allow_html=True)
         st.write("")
     tok = ctx.tok
+    unknown = left_out(ctx)
+    if unknown:
+        st.markdown(figures.token_chips_html(unknown, [None] * len(unknown), unknown=True), unsafe_allow_html=True)
+        st.caption("Left out: these characters are not in this tokenizer's vocabulary, so the model never sees them. "
+                   + OTHER_SCRIPTS)
+    split = any(lab.startswith(SPLIT_MARK) or lab.endswith(SPLIT_MARK) for row in labels for lab in row)
     st.caption(f"Tokenizer: **{tok.name}** · vocabulary of {tok.vocab_size:,} tokens · end-of-text id {tok.eot_id}. "
-               "␣ is a space, ↵ a new line.")
+               "␣ is a space, ↵ a new line."
+               + (f" {SPLIT_MARK} marks a character split over several tokens: this tokenizer reads bytes, and a "
+                  "character such as 注 is three bytes in UTF-8." if split else ""))
     if highlight and "count" in highlight:
         st.success(f"Row {ctx.b} is **{highlight['count']} tokens** long.")
         return True
     return False
+
+
+OTHER_SCRIPTS = READ_OTHER_SCRIPTS + " in the sidebar."
+MAX_LEFT_OUT_SHOWN = 40
+
+
+def left_out(ctx) -> list[str]:
+    """The characters of the text that the tokenizer has no token for (the char BPE's unknown characters), at most
+    ``MAX_LEFT_OUT_SHOWN``."""
+    unknown_of = getattr(ctx.tok, "unknown_chars", None)
+    text = ctx.s.get("text")
+    if unknown_of is None or not isinstance(text, str):
+        return []
+    return unknown_of(text)[:MAX_LEFT_OUT_SHOWN]
 
 
 @section("tokens.edit_ids")

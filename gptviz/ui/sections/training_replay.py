@@ -12,6 +12,7 @@ from ...present import figures, matrices
 from ...present.descriptions import step_info
 from ...run.loss import uniform_loss
 from ...run.trace import trace
+from ...text.tokenizers import token_labels
 from ...training.loop import model_at
 from .. import resources
 from ..widgets import plot
@@ -56,7 +57,7 @@ def _show_replay(ctx, key: str, run: dict) -> None:
     model = entry.model
     tok = entry.tokenizer
     ids = tok.encode(run["example"])
-    labels = [tok.token_str(i) for i in ids]
+    labels = token_labels(tok, ids)
     snaps = hist.snapshots
     i = st.select_slider("Snapshot (training step)", options=list(range(len(snaps))), value=len(snaps) - 1,
                          format_func=lambda k: str(snaps[k][0]), key=f"{key}.snap")
