@@ -184,3 +184,15 @@ def test_a_teacher_adds_a_language_as_data(tmp_path, monkeypatch):
     lesson, why = L.translate(english, "fr", folder)
     assert why == "" and lesson.title == "La perte initiale" and lesson.steps[1].title == "Étape 1"
     assert Path(folder / "fr").is_dir()
+
+
+@pytest.mark.parametrize("lang", ["es", "zh"])
+@pytest.mark.parametrize("lid", ALL)
+def test_every_lesson_opens_in_every_language(lang, lid):
+    """Each lesson's first and last steps open on the Lessons page in the language, titled as its translation says,
+    with no notice of a missing translation."""
+    raw = tomllib.loads((ROOT / "lessons" / lang / f"{lid}.toml").read_text(encoding="utf-8"))
+    for k in (1, len(raw["steps"])):
+        at = _page(lang=lang, lesson=lid, lstep=str(k))
+        assert any(raw["steps"][k - 1]["title"] in m.value for m in at.markdown), (lang, lid, k)
+        assert not any("这节课还没有中文译文" in c.value or "aún no está traducida" in c.value for c in at.caption)
