@@ -69,3 +69,19 @@ def test_a_wrong_shape_comment_or_a_line_not_in_the_source_would_be_caught():
     assert evaluate("()", {}) == ()
     assert "y = att @ v" not in SOURCE_LINES  # the old hand-copied line for hook_z is nowhere in the source
     assert "x = x * self.weight + self.bias" not in SOURCE_LINES
+
+
+def test_a_views_code_is_its_engine_functions_as_they_stand_in_the_file():
+    """function_code shows each function's signature and body, read from its own file (docstring left out)."""
+    from gptviz.interp import contributions, neurons
+    from gptviz.present.source_code import function_code
+
+    shown = function_code(contributions.shares, neurons.logit_effect)
+    files = "".join((ROOT / "gptviz" / "interp" / f).read_text(encoding="utf-8") for f in ("contributions.py",
+                                                                                           "neurons.py"))
+    assert all(line.strip() in files for line in shown.splitlines() if line.strip())
+    assert shown.startswith("def shares(parts: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:\n")
+    assert "\ndef logit_effect(model, layer: int, n: int) -> np.ndarray:\n" in shown
+    assert "return (whole.abs().sum(-1) - (whole - parts).abs().sum(-1)).clamp(min=0)" in shown
+    for fn in (contributions.shares, neurons.logit_effect):
+        assert fn.__doc__.strip().splitlines()[0] not in shown

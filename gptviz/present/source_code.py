@@ -172,3 +172,23 @@ def anchor_line(name: str, cfg: ModelConfig) -> Optional[str]:
         if _mentions(line, anchor):
             return line
     return None
+
+
+def function_code(*fns: Callable) -> str:
+    """The source of each function as it stands in gptviz (its signature and body, the docstring left out), one after
+    the other: the code a view shows for the engine function behind it, so it cannot drift from what runs."""
+    parts = []
+    for fn in fns:
+        source, _ = _statements(fn)
+        tree = ast.parse(source)
+        node = tree.body[0]
+        lines = source.splitlines()
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            keep = lines[:body[0].lineno - 1] + lines[body[0].end_lineno:]
+        else:
+            keep = lines
+        decorators = len(node.decorator_list)
+        parts.append("\n".join(keep[decorators:]).rstrip())
+    return "\n\n".join(parts)
