@@ -19,7 +19,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu")
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
 MAX_PARAMS = 600_000_000  # Qwen2.5-0.5B (494M, 1.9 GB of float32 weights) fits; built one at a time (run.slots)
-MAX_TRACE_BYTES = 1_000_000_000
+MAX_TRACE_BYTES = 1_500_000_000  # one trace; as much as the app's trace cache holds (issue 21: 512 tokens)
 MAX_TABLE_BYTES = 1_000_000_000  # the position tables a model builds (sin/cos, rotary), at their peak while built
 
 
@@ -201,18 +201,23 @@ class ModelConfig:
             total += V * C
         return total
 
-    def trace_bytes(self, batch: int, seq_len: int, grads: bool = False) -> int:
-        """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32)."""
+    def trace_bytes(self, batch: int, seq_len: int, grads: bool = False, slim: bool = False) -> int:
+        """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32). ``slim``: a decoder-only
+        model's slim trace (``gptviz.run.on_demand``): one of the four score/pattern tensors a layer (two with
+        gradients), and without gradients no probabilities, repeated keys and values or MLP output."""
         B, T, C = batch, seq_len, self.n_embd
+        slim = slim and self.n_enc_layer < 0
+        lean = slim and not grads  # the extra steps are worked out when read too
         per_layer = (
             B * T * (12 * C + 2)  # residuals, norms, outputs
             + B * T * 3 * self.d_attn * 2  # qkv and q/k/v (+ rotated)
-            + (B * T * 2 * self.d_attn if self.n_kv_head != self.n_head else 0)  # keys and values repeated
-            + B * self.n_head * T * T * 4  # four score/pattern tensors
+            + (B * T * 2 * self.d_attn if self.n_kv_head != self.n_head and not lean else 0)  # k, v repeated
+            + B * self.n_head * T * T * ((1 if lean else 2) if slim else 4)  # four score/pattern tensors
             + B * T * self.d_attn  # z
-            + (0 if self.attn_only else B * T * self.d_mlp * (3 if self.gated_mlp else 2))  # mlp pre (linear), post
+            + (0 if self.attn_only else B * T * self.d_mlp * ((3 if self.gated_mlp else 2) - lean))  # mlp
         )
-        total = self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * 2 + T * T  # + the causal mask
+        total = (self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
+                 + T * T)  # + the causal mask
         if self.n_enc_layer >= 0:
             S = self.enc_len
             cross = (B * T * (6 * C + 1) + B * T * self.d_attn * 2 + B * S * self.d_attn * 2
@@ -240,7 +245,8 @@ class ModelConfig:
             return 28 * self.n_pos * (self.d_rot // 2)  # float64 angles and positions; float32 angles, cos, sin
         return 0
 
-    def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False) -> None:
+    def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False,
+                     slim: bool = False) -> None:
         """Refuse, before allocating anything, a model or trace too big for this app: its parameters, the
         position tables it builds, and the trace."""
         n = self.num_params()
@@ -258,11 +264,11 @@ class ModelConfig:
                 f"make block_size or {width} smaller"
             )
         T = self.block_size if seq_len is None else seq_len
-        b = self.trace_bytes(batch, T, grads)
+        b = self.trace_bytes(batch, T, grads, slim)
         if b > MAX_TRACE_BYTES:
             raise ValueError(
                 f"a trace of {batch}×{T} tokens would need about {b / 1e9:.1f} GB, over the limit of "
-                f"{MAX_TRACE_BYTES / 1e9:.0f} GB: use shorter text, fewer lines or a smaller model"
+                f"{MAX_TRACE_BYTES / 1e9:g} GB: use shorter text, fewer lines or a smaller model"
             )
 
     # ----------------------------------------------------------------- conversion

@@ -71,7 +71,7 @@ def target_cells(tokens, kind: str) -> np.ndarray:
 def head_scores(patterns, tokens, kinds=KINDS) -> dict[str, np.ndarray]:
     """Scores for every head. ``patterns`` is (n_layer, n_head, T, T) or (n_layer, n_head, B, T, T) with
     ``tokens`` (T,) or (B, T). Returns ``{kind: (n_layer, n_head) array}`` (NaN if no query is scored)."""
-    p = np.asarray(patterns, dtype=np.float64)
+    p = np.asarray(patterns)  # read where the scored cells are only: a long text's T × T is mostly unscored
     tok = np.asarray(tokens)
     if p.ndim == 4:
         p, tok = p[:, :, None], tok.reshape(1, -1)
@@ -82,7 +82,8 @@ def head_scores(patterns, tokens, kinds=KINDS) -> dict[str, np.ndarray]:
             cells = target_cells(tok[b], kind)
             rows = cells.any(axis=1)
             if rows.any():
-                num = num + (p[:, :, b] * cells).sum(-1)[:, :, rows].sum(-1)
+                q, k = np.nonzero(cells)
+                num = num + p[:, :, b][:, :, q, k].astype(np.float64).sum(-1)
                 den += int(rows.sum())
         out[kind] = num / den if den else np.full(p.shape[:2], np.nan)
     return out

@@ -200,8 +200,14 @@ def vocab_matrix(values: np.ndarray, ids: np.ndarray, id_labels: Sequence[str], 
 
 def top_predictions(probs: np.ndarray, k: int, id_labels: Sequence[str]) -> list[list[tuple[str, float]]]:
     """For each position, the k most likely next tokens as (label, probability), best first."""
-    k = min(k, probs.shape[-1])
-    order = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    V = probs.shape[-1]
+    k = min(k, V)
+    if k == V:
+        order = np.argsort(-probs, axis=-1, kind="stable")
+    else:  # only the candidates (every id at least as likely as the k-th) are sorted: a long text × 50k ids
+        kth = np.partition(probs, V - k, axis=-1)[:, V - k]
+        order = [c[np.argsort(-probs[t, c], kind="stable")][:k]
+                 for t in range(probs.shape[0]) for c in [np.flatnonzero(probs[t] >= kth[t])]]
     return [[(id_labels[i], float(probs[t, i])) for i in order[t]] for t in range(probs.shape[0])]
 
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..config import PRESETS, ModelConfig
+from ..config import MAX_TRACE_BYTES, PRESETS, ModelConfig
 from ..model.gpt import GPT
 from ..paths import CHECKPOINTS
 from ..run import edits as edit_specs
@@ -127,9 +127,26 @@ def apply_preset(s: dict[str, Any], name: str) -> None:
         s.update(_config_settings(PRESETS[name]))
 
 
-# A model this big reads at most BIG_MODEL_T tokens per line, so that every page stays quick.
+# A model this big reads at most BIG_MODEL_T tokens per line, so that every page stays quick, and fewer when a slim
+# trace of one line that long would not fit the trace limit (big_model_t). A view's trace is slim (each layer's score
+# steps worked out when read, gptviz.run.on_demand) when its full trace would be over SLIM_TRACE_BYTES.
 BIG_MODEL_PARAMS = 20_000_000
-BIG_MODEL_T = 64
+BIG_MODEL_T = 512
+SLIM_TRACE_BYTES = 64_000_000
+
+
+def slim_view(cfg: ModelConfig, batch: int, seq_len: int) -> bool:
+    """Whether the app traces (batch, seq_len) tokens of this model slim: a decoder-only model's big trace."""
+    return cfg.n_enc_layer < 0 and cfg.trace_bytes(batch, seq_len) > SLIM_TRACE_BYTES
+
+
+def big_model_t(cfg: ModelConfig) -> int:
+    """The most tokens a line of a big model is cut to: BIG_MODEL_T, halved until one line's trace fits the limit
+    (64 at least), never more than block_size. Worked out from the config alone: nothing is allocated."""
+    T = min(cfg.block_size, BIG_MODEL_T)
+    while T > 64 and cfg.trace_bytes(1, T, slim=slim_view(cfg, 1, T)) > MAX_TRACE_BYTES:
+        T //= 2
+    return T
 
 
 @dataclass
@@ -259,7 +276,8 @@ def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], e
     tr = trace(model, torch.tensor(x, dtype=torch.long),
                targets=None if y is None else torch.tensor(y, dtype=torch.long),
                attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
-               edits=edits, grads=grads, weight_grads="norms" if grads else "tensors", **source)
+               edits=edits, grads=grads, weight_grads="norms" if grads else "tensors",
+               slim=slim_view(cfg, len(x), len(x[0]) if x else 0), **source)
     return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
 
 
@@ -349,8 +367,8 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
 
     # 3. batch: a big model reads fewer tokens, so that every page stays quick
     T = cfg.block_size
-    if cfg.num_params() > BIG_MODEL_PARAMS and T > BIG_MODEL_T:
-        T = BIG_MODEL_T
+    if cfg.num_params() > BIG_MODEL_PARAMS and T > big_model_t(cfg):
+        T = big_model_t(cfg)
         notes.append(Notice("caption", f"This model has {cfg.num_params() / 1e6:.0f}M parameters: each line is cut "
                                        f"to {T} tokens to keep the pages responsive."))
     try:
@@ -374,11 +392,13 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
 
     # 4. the trace of this very batch must fit; if it doesn't, the text is what to shorten
     try:
-        cfg.check_limits(batch=batch.x.shape[0], seq_len=batch.x.shape[1])
+        cfg.check_limits(batch=batch.x.shape[0], seq_len=batch.x.shape[1],
+                         slim=slim_view(cfg, batch.x.shape[0], batch.x.shape[1]))
     except ValueError as exc:
         notes.append(Notice("error", f"**This text is too long for this model:** {exc}. Showing the first line, cut "
                                      "to fit, instead."))
-        batch = encode_batch(tok, s["text"].splitlines()[0] if s["text"].strip() else DEFAULT_PROMPT, min(T, 64))
+        one = min(T, big_model_t(cfg))  # one line this long fits (64 tokens at least, as before)
+        batch = encode_batch(tok, s["text"].splitlines()[0] if s["text"].strip() else DEFAULT_PROMPT, one)
 
     # 4b. a model with an encoder reads a source: the settings' "source", else the loaded model's example
     source_batch = None

@@ -14,7 +14,9 @@ import numpy as np
 import torch
 
 from ..model.gpt import GPT
+from . import on_demand
 from .loss import loss_breakdown
+from .on_demand import OnDemand
 from .step_meta import StepMeta, step_meta
 
 # Traces served from a cache are read-only (Trace.freeze); reading one through torch.from_numpy is fine and
@@ -25,11 +27,22 @@ Edit = Union[torch.Tensor, np.ndarray, Callable[[torch.Tensor], Optional[torch.T
 
 
 class _Recorder:
-    def __init__(self, edits: dict[str, Edit], grads: bool):
+    def __init__(self, edits: dict[str, Edit], grads: bool, slim_d_head: int = 0, masked=None, config=None,
+                 lean_grads: bool = False):
         self.acts: dict[str, torch.Tensor] = {}
         self.edits = edits
         self.grads = grads
         self.raw: Optional[dict[str, torch.Tensor]] = None  # see _embedding_grad_norms
+        # slim (d_head > 0): the score steps of the layers not edited there are worked out when read (on_demand)
+        self.slim_d_head = slim_d_head
+        self.keep_layers = on_demand.edited_layers(edits)
+        self.notes: dict[str, OnDemand] = {}  # with grads: attn_scores kept until its gradient is taken
+        self.masked = masked  # (1|B, 1, T, T) bool: the cells attention may not use, as the model masks them
+        self.config = config
+        # lean_grads (no query row without a key): a layer's pattern and attn_scores gradients are worked out from
+        # ∂loss/∂z too, unless an edit sits between them (on_demand.grad_kept_layers)
+        self.lean_grads = lean_grads
+        self.grad_keep_layers = on_demand.grad_kept_layers(edits)
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
         if name in self.edits:
@@ -38,6 +51,22 @@ class _Recorder:
             # A step with no path back to a weight (e.g. a fixed position table) becomes a leaf,
             # so the loss still has a gradient with respect to it.
             x = x.detach().requires_grad_(True)
+        extra = on_demand.extra_step(name) if self.slim_d_head else None
+        if extra is not None and (not self.grads or extra[1] == "probs") and name not in self.edits:
+            # one operation on kept steps, worked out when read (probs is off the loss's path: it has no gradient)
+            self.acts[name] = on_demand.extra_note(name, extra[1], extra[0], self.config)
+            return x
+        slim = on_demand.slim_step(name) if self.slim_d_head else None
+        if slim is not None and slim[0] not in self.keep_layers:
+            layer, step = slim
+            if step != "attn_scores":
+                self.acts[name] = OnDemand(step, layer, self.slim_d_head)
+                return x
+            note = OnDemand(step, layer, self.slim_d_head, self.masked)
+            if not self.grads or (self.lean_grads and layer not in self.grad_keep_layers):
+                self.acts[name] = note
+                return x
+            self.notes[name] = note
         self.acts[name] = x
         return x
 
@@ -80,9 +109,28 @@ class Trace(Mapping):
     # Mapping
     def __getitem__(self, name: str):
         try:
-            return self._acts[name]
+            v = self._acts[name]
         except KeyError:
             raise KeyError(f"{name!r} was not recorded in this trace") from None
+        if isinstance(v, OnDemand):  # a slim trace's step, worked out now (gptviz.run.on_demand)
+            return self._worked_out(name, False, lambda: on_demand.forward_value(self, v))
+        return v
+
+    _MEMO = 4  # the last few values worked out: a page reads one step twice, gradients build on each other
+
+    def _worked_out(self, name: str, grad: bool, compute):
+        memo = getattr(self, "_memo", ())
+        for key, value in memo:
+            if key == (name, grad):
+                return value
+        value = compute()
+        value = None if value is None else on_demand.as_trace_value(self, value)
+        # a new tuple swapped in whole: sessions sharing the trace never see it half written
+        self._memo = (((name, grad), value),) + tuple(memo[: self._MEMO - 1])
+        return value
+
+    def __contains__(self, name) -> bool:
+        return name in self._acts
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._acts)
@@ -105,7 +153,10 @@ class Trace(Mapping):
         """d loss / d (this step), or None if the trace has no gradients or the step is off the loss path."""
         if self.grads is None:
             return None
-        return self.grads.get(name)
+        g = self.grads.get(name)
+        if isinstance(g, OnDemand):
+            return self._worked_out(name, True, lambda: on_demand.grad_value(self, g))
+        return g
 
     def param_grad_norms(self) -> dict[str, float]:
         """‖d loss / d W‖ for every parameter tensor (empty without grads)."""
@@ -123,7 +174,20 @@ class Trace(Mapping):
         return self
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._acts[name].shape)
+        v = self._acts[name]
+        if isinstance(v, OnDemand):
+            if v.step in on_demand.STEPS:  # every score step has the pattern's shape
+                v = self._acts[f"blocks.{v.layer}.attn.hook_pattern"]
+            else:
+                same = {"probs": "hook_logits", "k_rep": f"blocks.{v.layer}.attn.hook_q",
+                        "v_rep": f"blocks.{v.layer}.attn.hook_q", "post": f"blocks.{v.layer}.mlp.hook_pre"}[v.step]
+                v = self._acts[same]
+        return tuple(v.shape)
+
+    @property
+    def slim(self) -> bool:
+        """Whether some score steps are worked out when read rather than kept (``trace(..., slim=True)``)."""
+        return any(isinstance(v, OnDemand) for v in self._acts.values())
 
     def names(self, layer: Optional[int] = None, stage: Optional[str] = None) -> list[str]:
         return [n for n in self._acts
@@ -167,6 +231,8 @@ class Trace(Mapping):
         def fix(v):
             if isinstance(v, np.ndarray):
                 v.setflags(write=False)
+            elif isinstance(v, OnDemand):
+                v.freeze()
 
         for d in (self._acts, self.grads or {}, self.param_grads or {}, self.breakdown or {}, self.source):
             for v in d.values():
@@ -179,6 +245,8 @@ class Trace(Mapping):
 def _to_numpy(t: Any):
     if t is None or isinstance(t, np.ndarray):
         return t
+    if isinstance(t, OnDemand):
+        return t.numpy()
     return t.detach().cpu().numpy()
 
 
@@ -193,6 +261,7 @@ def trace(
     enc_mask: Optional[torch.Tensor] = None,
     enc_out: Optional[torch.Tensor] = None,
     weight_grads: str = "tensors",
+    slim: bool = False,
 ) -> Trace:
     """Run ``model`` on ``idx`` (batch, pos) and record every step.
 
@@ -210,6 +279,12 @@ def trace(
     An encoder-decoder model (``gptviz.model.encoder_decoder``) also takes its source: ``enc_input`` (batch, enc_pos)
     token ids for a real encoder, or ``enc_out`` (batch, enc_pos, n_embd) in place of the fixed random
     encoder output, and ``enc_mask`` (batch, enc_pos) for padding.
+
+    ``slim=True`` (a decoder-only model): each layer's ``hook_scores_raw``, ``hook_scores_scaled`` and
+    ``hook_attn_scores`` are not kept but worked out, bit for bit the same, when read (``gptviz.run.on_demand``):
+    a trace of a long text then holds one (batch, head, T, T) tensor a layer instead of four. So are
+    ``hook_probs`` (then ``trace.breakdown`` has no ``"probs"``) and, without gradients, the repeated keys and
+    values and the MLP's ``hook_post``; with gradients, the four score steps' gradients come from ∂loss/∂z.
     """
     idx = torch.as_tensor(idx)
     if targets is not None:
@@ -226,7 +301,12 @@ def trace(
     edits = dict(edits or {})
     if weight_grads not in ("tensors", "norms"):
         raise ValueError(f"weight_grads={weight_grads!r} must be 'tensors' or 'norms'")
-    rec = _Recorder(edits, grads)
+    slim_d_head = model.config.d_head if slim and model.config.n_enc_layer < 0 else 0
+    masked = lean = None
+    if slim_d_head:
+        allowed, dead = model.allowed_keys(idx.shape[1], attention_mask)
+        masked, lean = ~allowed, grads and dead is None  # the model's own mask
+    rec = _Recorder(edits, grads, slim_d_head, masked, model.config, bool(lean))
     if grads and weight_grads == "norms":
         rec.raw = {}
     cfg = model.config
@@ -242,9 +322,13 @@ def trace(
     if unknown:
         raise ValueError(f"cannot edit {', '.join(map(repr, unknown))}: no such step in this model")
     acts = rec.acts
+    if isinstance(acts.get("hook_probs"), OnDemand):
+        breakdown.pop("probs")  # a slim trace keeps no (B, T, V) probabilities: tr["hook_probs"] works them out
     grad_map = param_grads = None
     if grads:
-        names = list(acts)
+        lean_layers = {t.layer for t in acts.values() if isinstance(t, OnDemand) and t.step == "attn_scores"}
+        worked_out = {on_demand.step_name(layer, "pattern") for layer in lean_layers}  # its gradient: from z's
+        names = [n for n, t in acts.items() if not isinstance(t, OnDemand) and n not in worked_out]
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         big = _embedding_weights(model) if rec.raw and {"wte_out", "lm_in", "lm_out"} <= set(rec.raw) else {}
         params = [(n, p) for n, p in params if n not in big]
@@ -252,6 +336,16 @@ def trace(
         inputs = [acts[n] for n in names] + [p for _, p in params] + extra
         got = torch.autograd.grad(breakdown["loss"], inputs, allow_unused=True)
         grad_map = {n: g for n, g in zip(names, got[: len(names)]) if g is not None}
+        for n, note in rec.notes.items():  # a kept attn_scores gives way to its note once its gradient is taken;
+            acts[n] = note  # the gradients of the two score steps before it are worked out from its gradient
+            if n in grad_map:
+                for step in ("scores_raw", "scores_scaled"):
+                    grad_map[on_demand.step_name(note.layer, step)] = OnDemand(step, note.layer, note.d_head,
+                                                                               note.masked)
+        for layer in lean_layers:  # every score step's gradient worked out, from ∂loss/∂z down
+            if on_demand.step_name(layer, "z") in grad_map:
+                for step in ("scores_raw", "scores_scaled", "attn_scores", "pattern"):
+                    grad_map[on_demand.step_name(layer, step)] = OnDemand(step, layer, cfg.d_head, masked)
         n_act, n_par = len(names), len(params)
         param_grads = {n: (g if g is not None else torch.zeros_like(p))
                        for (n, p), g in zip(params, got[n_act:n_act + n_par])}
@@ -261,7 +355,7 @@ def trace(
                 norms.update(_embedding_grad_norms(model, idx, got[-2], rec.raw["lm_in"].detach(), got[-1], big))
             order = [n for n, _ in model.named_parameters() if n in norms]
             param_grads, param_norms = None, {n: norms[n] for n in order}
-        acts = {n: t.detach() for n, t in acts.items()}
+        acts = {n: (t if isinstance(t, OnDemand) else t.detach()) for n, t in acts.items()}
         breakdown = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in breakdown.items()}
     infos = {n: step_meta(n, cfg) for n in acts}
     out = Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown, source)

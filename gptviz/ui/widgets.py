@@ -11,6 +11,7 @@ import streamlit as st
 from ..model.hook_names import act_name
 from ..present import figures
 from ..present.descriptions import StepInfo, step_info
+from ..present.figures.heatmaps import BIG_CELLS
 from ..present.matrices import MAX_COLS, page_count, step_matrix
 from ..present.matrices import masked_cells as _masked_cells
 from ..present.page_context import Ctx
@@ -89,7 +90,8 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     if plot_px:
         fig = figures.readable_x_labels(fig, plot_px)
     chart_key = f"fig.{key}{name}{'.g' if grad else ''}"
-    if pairwise:  # click a cell: select that query and key on every chart of the page
+    if pairwise and m.values.size <= BIG_CELLS:  # click a cell: select that query and key on every chart
+        # (a long text's map has no cells to click, a cell is a pixel: drag to zoom instead)
         ev = plot(ctx, fig, key=chart_key, on_select="rerun", selection_mode="points")
         picked = clicked_cell(ev)
         if picked is not None and picked != sel and picked[1] <= picked[0] < ctx.n_pos:
@@ -271,6 +273,8 @@ def _thin_ticks(fig, most_x: int, most_y: int) -> None:
         ax = lay[name]
         vals, text = ax.tickvals, ax.ticktext
         most = most_x if name.startswith("x") else most_y
+        if ax.nticks and ax.nticks > most:  # plotly.js picks the ticks (a long text's heatmap): fewer of them
+            ax.nticks = most
         if vals is not None and len(vals) > most:
             step = math.ceil(len(vals) / most)
             ax.tickvals = list(vals)[::step]

@@ -59,7 +59,7 @@ def test_gpt2_small_link_shows_its_own_model(tokenizer, vocab):
     assert shown_params(at) == want
     if tokenizer == "gpt2":
         assert want == 124_439_808
-    assert any("cut to 64 tokens" in c.value for c in at.caption)  # a big model reads at most 64 tokens a line
+    assert any("cut to 512 tokens" in c.value for c in at.caption)  # a big model reads at most 512 tokens a line
 
 
 def test_a_model_too_big_names_the_setting_not_the_text():

@@ -38,6 +38,12 @@ every figure is set against a baseline measured in the same run, because these m
    minutes (a trainer waits up to 10 minutes for its run), so it is **not** run by default: only with
    ``--only class`` (or ``class`` in an ``--only`` list).
 
+7. **long** — every page after a text change at T = 512 (a line of exactly 512 tokens), for GPT-2 small and a
+   SmolLM2-135M-shaped model folder built here with ``transformers`` (random weights), and the memory of one such
+   trace with and without gradients, in a fresh process (``tools/bench/long_texts.py``; goals: ≤ 3 s a page, ≤ 6 s
+   Backward, ≤ 1.5 GiB a trace). 10-30 minutes, so only with ``--only long``; ``python -m tools.bench.long_texts
+   --pages home,attention --reps 3`` runs a few pages.
+
 ``--quick`` runs fewer repeats (a smoke check; shorter class runs). ``--only trace,pages,memory,training,browser``
 (the default) picks parts, ``class`` among them when named; ``--browser-only`` and ``--no-browser`` are
 shorthands. Exit status: 0 when every row met its goal, 1 when a
@@ -45,8 +51,8 @@ goal was missed, 2 when a row FAILED (an error, a fallback, the wrong model): it
 
 One module per job: ``report`` (goals, rows, the table), ``models`` (the model each row names, the texts it
 reads), ``engine`` (1), ``pages`` (2), ``memory`` (3), ``training`` (4), ``server``, ``browser_tab`` and
-``browser`` (5), ``classroom`` (6), ``cli`` (the command line). Importing the package imports neither
-Streamlit nor Playwright: only the functions that drive them do.
+``browser`` (5), ``classroom`` (6), ``long_texts`` (7), ``cli`` (the command line). Importing the package imports
+neither Streamlit nor Playwright: only the functions that drive them do.
 """
 from tools.bench.cli import main
 

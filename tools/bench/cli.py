@@ -14,13 +14,16 @@ import torch
 from tools.bench.browser import bench_browser
 from tools.bench.classroom import bench_class
 from tools.bench.engine import bench_trace
+from tools.bench.live_class import bench_live
+from tools.bench.long_texts import bench_long
 from tools.bench.memory import bench_memory
 from tools.bench.pages import bench_pages
 from tools.bench.report import exit_status, failed, table
 from tools.bench.training import bench_training
 
 PARTS = "trace,pages,memory,training,browser"  # the default; "class" (5-15 minutes) runs only when named in --only
-ALL_PARTS = PARTS + ",class"
+ALL_PARTS = PARTS + ",class,long,live"  # "long": every page at T = 512 (tools/bench/long_texts.py), 10-30 minutes
+# "live": a live class of 60 on 2 replicas + Redis + HAProxy (tools/bench/live_class.py), about 2.5 minutes
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,7 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", default=PARTS,
                    help=f"comma-separated parts to run, of {ALL_PARTS} (default: {PARTS}; the class part, "
                         "simulated students against a server started here, takes 5-15 minutes and runs only when "
-                        "asked for: --only class)")
+                        "asked for: --only class; so does long, every page at T = 512 for GPT-2 small and a "
+                        "SmolLM2-135M shape, 10-30 minutes: --only long)")
     p.add_argument("--browser-only", action="store_true", help="only the browser rows")
     p.add_argument("--no-browser", action="store_true", help="everything but the browser rows")
     p.add_argument("--json", help="also write the rows as JSON here")
@@ -54,6 +58,8 @@ def main(argv=None) -> int:
         ("training", lambda: bench_training(a.quick)),
         ("browser", lambda: bench_browser(a.quick)),
         ("class", lambda: bench_class(a.quick)),
+        ("live", lambda: bench_live(a.quick)),  # a live class on 2 replicas + Redis + HAProxy (~2.5 min)
+        ("long", lambda: bench_long(a.quick)),
     ]
     for name, fn in steps:
         if name in parts:

@@ -31,11 +31,28 @@ def fresh_words() -> str:
     return f"{WORDS[k % n]} {WORDS[(k // n) % n]} {WORDS[(k // n // n) % n]}"
 
 
-def big_model_t() -> int:
-    """The app's token cap for a big model (GPT-2 small reads at most this many positions a line)."""
-    from gptviz.present.page_context import BIG_MODEL_T
+# The T the GPT-2-small rows of the pages and memory parts read: 64 tokens, the app's cap for a big model until it
+# was raised to 512 (issue 21), so these rows stay comparable with earlier runs; ``long_texts`` measures T = 512.
+CLASSIC_T = 64
 
-    return BIG_MODEL_T
+
+def big_model_t() -> int:
+    """The T the GPT-2-small rows read (``CLASSIC_T``; the texts are cut to exactly that many tokens here)."""
+    return CLASSIC_T
+
+
+def cut_to_tokens(text: str, T: int, tokenizer: str = "gpt2") -> str:
+    """``text``'s first ``T`` tokens as text, so that the app reads exactly ``T`` (a prefix that would encode to
+    another length is shortened a token at a time; a text with fewer tokens is returned whole)."""
+    from gptviz.text.tokenizers import get_tokenizer
+
+    tok = get_tokenizer(tokenizer)
+    ids = tok.encode(text)
+    for n in range(min(T, len(ids)), 0, -1):
+        out = tok.decode(ids[:n])
+        if len(tok.encode(out)) == min(T, len(ids)):
+            return out
+    return text
 
 
 def next_token_targets(idx: torch.Tensor) -> torch.Tensor:
@@ -59,7 +76,9 @@ def expected_model(shape: str) -> dict:
     if cfg.num_params() != GPT2_SMALL_PARAMS:
         raise BenchFailure(f"preset gpt2-small has {cfg.num_params():,} parameters, not GPT-2 small's "
                            f"{GPT2_SMALL_PARAMS:,}")
-    return {"cfg": cfg, "tokenizer": "gpt2", "query": {"preset": "gpt2-small", "tokenizer": "gpt2", "text": LONG_TEXT},
+    return {"cfg": cfg, "tokenizer": "gpt2", "T": CLASSIC_T,
+            "query": {"preset": "gpt2-small", "tokenizer": "gpt2", "text": cut_to_tokens(LONG_TEXT, CLASSIC_T)},
+            "text_for": lambda w: cut_to_tokens(f"{w} {LONG_TEXT}", CLASSIC_T),
             "label": f"gpt2-small · {cfg.num_params():,} params", "goal_ms": GOALS["page_gpt2_ms"]}
 
 

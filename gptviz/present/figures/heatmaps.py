@@ -5,6 +5,8 @@ Pure functions: arrays and labels in, a figure out, with the conventions of ``ba
 from __future__ import annotations
 
 import html
+import math
+import warnings
 from typing import Optional, Sequence
 
 import numpy as np
@@ -69,6 +71,8 @@ def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_titl
     """
     z = np.asarray(m.values, dtype=float)
     nr, nc = z.shape
+    if nr * nc > BIG_CELLS:
+        return big_heatmap(m, title, colorbar_title, height, highlight_row, highlight_col)
     xs = unique_labels(m.hover_cols or m.cols)
     ys = unique_labels(m.hover_rows or m.rows)
     main = dict(type="heatmap", z=z, x=xs, y=ys, colorbar=dict(title=dict(text=colorbar_title), tickfont=TICK_FONT),
@@ -106,6 +110,53 @@ def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_titl
     return figure(data, layout)
 
 
+# A heatmap with more cells than this (a pattern of a text over 96 tokens) is drawn as one light image: see big_heatmap.
+BIG_CELLS = 96 * 96
+LABEL_PX = 1.45  # the room a tick label needs across its line, in font sizes
+
+
+def labels_that_fit(length_px: float, size: float = TICK_FONT["size"]) -> int:
+    """How many tick labels of font ``size`` fit along ``length_px`` pixels without overlapping (4 at least)."""
+    return max(4, int(length_px / (size * LABEL_PX)))
+
+
+def big_heatmap(m: Matrix, title: str = "", colorbar_title: str = "", height: Optional[int] = None,
+                highlight_row: Optional[int] = None, highlight_col: Optional[int] = None) -> go.Figure:
+    """A matrix of many cells (a 512 × 512 pattern) as one heatmap trace, light enough to send and draw.
+
+    The values go as one float32 array (the trace's own float32 values, unrounded: 1 MB for 512 × 512) and the
+    masked cells are left empty over a grey plot, so there is no second, grey trace and no per-cell hover text or
+    click points (those are 262,144 strings at 512 tokens; a cell is a pixel wide, so cells are not clicked, the
+    selection is still outlined). The axes are the positions' labels ("37: 'the'"), categories as in ``heatmap``,
+    with plotly.js choosing the ticks and choosing again as one zooms in (drag a box; double-click to zoom out), so
+    the tokens become readable when zoomed: on the rows at most as many as fit the height (``labels_that_fit``), on
+    the columns as many as plotly.js finds room for in the width it is drawn at (a figure does not know it)."""
+    z = np.asarray(m.values, dtype=np.float32)
+    nr, nc = z.shape
+    masked = m.masked if m.masked is not None else np.zeros(z.shape, dtype=bool)
+    shown = np.where(masked | ~np.isfinite(z), np.float32(np.nan), z)
+    xs = unique_labels(m.hover_cols or m.cols)
+    ys = unique_labels(m.hover_rows or m.rows)
+    h = height or _height(nr)
+    main = dict(type="heatmap", z=shown, x=xs, y=ys, hoverongaps=False,
+                colorbar=dict(title=dict(text=colorbar_title), tickfont=TICK_FONT, thickness=14),
+                hovertemplate=f"{m.row_title or 'row'} %{{y}}<br>{m.col_title or 'column'} %{{x}}<br>"
+                              f"value %{{z:.4g}}<extra></extra>",
+                **color_args(m.kind, np.where(masked, np.nan, z)))
+    note = f"{nr} × {nc} · drag to zoom"
+    note = f"{m.note}; {note}" if m.note else note
+    title = f"{title} <span style='font-size:13px'>({note})</span>" if title else note
+    layout = base_layout(title, h,
+                         xaxis=axis(m.col_title, type="category", tickmode="auto", tickfont=TICK_FONT),
+                         yaxis=axis(m.row_title, reverse=True, type="category", tickmode="auto",
+                                    nticks=labels_that_fit(h - 150), tickfont=TICK_FONT))
+    layout["plot_bgcolor"] = MASK_COLOR  # the empty (masked) cells show the plot's grey
+    shapes = outline_shapes(nr, nc, highlight_row, highlight_col)
+    if shapes:
+        layout["shapes"] = shapes
+    return figure([main], layout)
+
+
 HIGHLIGHT = "#111111"
 
 
@@ -133,6 +184,14 @@ def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[st
     """
     R, C = len(blocks), len(blocks[0])
     T, S = np.asarray(blocks[0][0]).shape[:2]
+    k = max(1, math.ceil(max(T, S) / TILE_CELLS))
+    if k > 1:  # a long text: every tile pooled to at most TILE_CELLS cells a side (see pooled)
+        blocks = [[pooled(np.asarray(b, dtype=float), masked, k, kind) for b in row] for row in blocks]
+        masked = None if masked is None else pooled(masked.astype(float), None, k, "mask") > 0.999  # all masked
+        T, S = blocks[0][0].shape
+        what = "the largest" if kind == PROBABILITY else "the mean"
+        note = f"each cell is {what} of {k} × {k} cells: open one head to see them all"
+        title = f"{title} <span style='font-size:13px'>({note})</span>" if title else note
     g, gc = T + 1, S + 1
     big = np.full((R * g - 1, C * gc - 1), np.nan)
     mask_big = np.zeros_like(big, dtype=bool)
@@ -153,6 +212,23 @@ def tiled_heatmap(blocks: Sequence[Sequence[np.ndarray]], row_names: Sequence[st
                          yaxis=axis(reverse=True, tickmode="array", tickvals=[r * g + (T - 1) / 2 for r in range(R)],
                                     ticktext=list(row_names), tickfont=TICK_FONT))
     return figure(data, layout)
+
+
+TILE_CELLS = 128  # a tile of a tiled heatmap is pooled to at most this many cells a side
+
+
+def pooled(tile: np.ndarray, masked: Optional[np.ndarray], k: int, kind: str) -> np.ndarray:
+    """``tile`` (T, S) in blocks of k × k cells, each block one cell: the largest value for a probability (a sharp
+    attention stays visible), else the mean, of the block's cells that are not ``masked``; NaN where every cell of
+    the block is masked. ``kind="mask"``: the share of masked cells."""
+    T, S = tile.shape
+    t = np.where(masked, np.nan, tile) if masked is not None else tile
+    full = np.full((math.ceil(T / k) * k, math.ceil(S / k) * k), np.nan)
+    full[:T, :S] = t
+    blocks = full.reshape(full.shape[0] // k, k, full.shape[1] // k, k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-masked block: NaN, as meant
+        return np.nanmax(blocks, axis=(1, 3)) if kind == PROBABILITY else np.nanmean(blocks, axis=(1, 3))
 
 
 def side_by_side(left: Matrix, right: Matrix, left_title: str, right_title: str,

@@ -20,8 +20,9 @@ def step(ctx, *, key: str = "bw") -> None:
     tr = ctx.trace(grads=True)
     names = [n for n in tr if tr.grad(n) is not None]
     default = act_name("pattern", ctx.layer)
+    titles = {n: step_info(tr, n).title for n in names}  # not a closure over tr: the widget keeps its format_func
     choice = st.selectbox("Step", names, index=names.index(default) if default in names else 0, key=f"{key}.step",
-                          format_func=lambda n: f"{step_info(tr, n).title} · {n}")
+                          format_func=lambda n: f"{titles[n]} · {n}")
     info = step_info(tr, choice)
     per_head = "head" in info.axes
     left, right = st.columns(2)
