@@ -35,6 +35,15 @@ from .base import (
                    wrap,
 )
 from .charts import bar_chart, line_chart
+from .comparison import (
+                   branch_paths,
+                   branch_probs,
+                   difference_heatmap,
+                   head_change_bars,
+                   head_change_grid,
+                   pair_heatmaps,
+)
+from .contribution_graph import contribution_figure
 from .finishing import FinishedFigure, finish_spec, finished, fixed_margins, readable_x_labels, recolour, styled
 from .heatmaps import (
                    HEAD_SHORT,
@@ -47,6 +56,10 @@ from .heatmaps import (
                    tiled_heatmap,
                    token_grid,
 )
+from .neurons import activation_histogram as activation_histogram  # the Neurons page's figures
+from .neurons import activation_over_text as activation_over_text
+from .neurons import logit_effect_chart as logit_effect_chart
+from .neurons import snippets_html as snippets_html
 from .pictures import architecture_dot, architecture_html, architecture_parts, token_chips_html
 from .words import in_words
 
@@ -54,10 +67,11 @@ __all__ = [
     "CHAR_EM", "FONT", "HEAD_SHORT", "HIGHLIGHT", "MASK_COLOR", "MAX_TEXT_CELLS", "MAX_TICKS", "NONNEG_SCALE",
     "PROB_SCALE", "SIGNED_SCALE", "TICK_FONT", "WIDE_EM",
     "architecture_dot", "architecture_html", "architecture_parts", "axis", "bar_chart", "base_layout", "cell_points",
-    "color_args",
+    "color_args", "contribution_figure",
     "escape_label", "escape_labels", "escape_markup", "figure", "finish_spec", "finished", "FinishedFigure",
     "fixed_margins", "head_grid", "heatmap", "in_words", "readable_x_labels", "recolour", "line_chart", "PALETTES",
     "PALETTE_NAMES",
     "outline_shapes", "side_by_side",
-    "styled", "text_px", "ticks", "tiled_heatmap", "token_chips_html", "token_grid", "unique_labels", "wrap",
+    "styled", "text_px", "pair_heatmaps", "difference_heatmap", "head_change_grid", "head_change_bars", "branch_paths",
+    "branch_probs", "ticks", "tiled_heatmap", "token_chips_html", "token_grid", "unique_labels", "wrap",
 ]
