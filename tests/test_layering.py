@@ -19,9 +19,9 @@ LAYERS = {
     "gptviz.run": 4,
     "gptviz.interp": 5,
     "gptviz.training": 5.5,
-    "gptviz.present": 6,
+    "gptviz.present": 6, "gptviz.live": 6,
     "gptviz": 6.5,  # the public API (gptviz/__init__.py) and the commands gptviz/train.py, gptviz/report.py
-    "gptviz.train": 6.5, "gptviz.report": 6.5, "gptviz.cli": 6.5,
+    "gptviz.train": 6.5, "gptviz.report": 6.5, "gptviz.cli": 6.5, "gptviz.neurons": 6.5, "gptviz.train_sae": 6.5,
     "gptviz.ui": 7,
     "app_pages": 8, "app": 8,
 }
