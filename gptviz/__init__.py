@@ -7,6 +7,7 @@ folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX) with its tokenizer.
 """
 from .config import PRESET_DESCRIPTIONS, PRESETS, ModelConfig, preset
 from .interp.attribution import attention_rollout, integrated_gradients
+from .interp.sae import SparseAutoencoder, load_sae
 from .model.build import build_model
 from .model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .model.encoder_decoder import Seq2Seq
@@ -27,5 +28,5 @@ __all__ = [
     "from_pretrained", "attention_rollout", "integrated_gradients",
     "StepInfo", "describe",
     "TOKENIZER_NAMES", "CharBPETokenizer", "TiktokenTokenizer", "TokenizerUnavailable", "get_tokenizer",
-    "Trace", "trace", "Checkpoint", "load_checkpoint", "save_checkpoint", "act_name",
+    "Trace", "trace", "Checkpoint", "load_checkpoint", "save_checkpoint", "act_name", "SparseAutoencoder", "load_sae",
 ]
