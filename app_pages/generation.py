@@ -3,6 +3,7 @@ import streamlit as st
 
 from gptviz.ui import page_setup
 from gptviz.ui.nav import decoder_only
+from gptviz.ui.sections import branching
 from gptviz.ui.sections import generation as sec
 
 ctx = page_setup("Generation", ":material/edit_note:")
@@ -14,3 +15,6 @@ sec.distribution(ctx, key="gen")
 
 st.subheader("Generate token by token")
 sec.generate(ctx, key="gen")
+
+st.subheader("Branch: force another token and see where the text goes")
+branching.branching(ctx, key="gen")
