@@ -9,8 +9,11 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+# The shipped models, and what is worked out from them beforehand: the Neurons page's top snippets (*.neurons.npz),
+# the sparse autoencoder's snippets and feature labels (*.sae.*)
+CHECKPOINT_FILES = ("*.safetensors", "*.npz", "*.toml")
 # (what, the file patterns kept): folders are copied with their subfolders (lessons/es, lessons/zh)
-BUNDLE = [("app.py", ()), ("app_pages", ("*.py",)), ("lessons", ("*.toml",)), ("checkpoints", ("*.safetensors",)),
+BUNDLE = [("app.py", ()), ("app_pages", ("*.py",)), ("lessons", ("*.toml",)), ("checkpoints", CHECKPOINT_FILES),
           (".streamlit/config.toml", ())]
 
 

@@ -19,6 +19,10 @@ PAGES = {
     "generation": "app_pages/generation.py",
     "weights": "app_pages/model_and_weights.py",
     "who": "app_pages/who_did_it.py",
+    "contributions": "app_pages/contributions.py",
+    "neurons": "app_pages/neurons.py",
+    "features": "app_pages/features.py",
+    "compare": "app_pages/compare_models.py",
 }
 TIMEOUT = 120  # torch's first import alone can take seconds
 

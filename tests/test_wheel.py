@@ -68,10 +68,15 @@ def installed(tmp_path_factory):
     return bin_dir, wheel, elsewhere, env, Path(purelib)
 
 
+def _shipped_checkpoints() -> list[Path]:
+    """Every file of checkpoints/: the models, the neurons' and the sparse autoencoder's precomputed files."""
+    return sorted(p for p in ROOT.glob("checkpoints/*") if p.is_file() and p.name != ".gitkeep")
+
+
 def test_the_wheel_carries_the_app_its_data_and_the_pinned_requirements(installed):
     _, wheel, _, _, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in [*ROOT.glob("lessons/**/*.toml"), *ROOT.glob("checkpoints/*.safetensors"),
+    for shipped in [*ROOT.glob("lessons/**/*.toml"), *_shipped_checkpoints(),
                     *ROOT.glob("app_pages/*.py"), ROOT / "app.py", ROOT / ".streamlit" / "config.toml"]:
         assert f"gptviz/_bundled/{shipped.relative_to(ROOT).as_posix()}" in names, shipped
     for data in [*ROOT.glob("gptviz/text/data/*/*"), *ROOT.glob("gptviz/ui/static/*")]:
@@ -97,7 +102,7 @@ def test_gptviz_imports_from_the_installed_copy_outside_the_clone(installed):
                                                              env=env).stdout)
     assert Path(where).is_relative_to(purelib), where
     assert Path(root) == purelib / "gptviz" / "_bundled"
-    assert checkpoints == sorted(p.name for p in ROOT.glob("checkpoints/*.safetensors"))
+    assert checkpoints == sorted(p.name for p in _shipped_checkpoints())
     assert lesson_files == sorted(str(p.relative_to(ROOT / "lessons")) for p in ROOT.glob("lessons/**/*.toml"))
 
 

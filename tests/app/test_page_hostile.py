@@ -13,6 +13,8 @@ CUT = ("`text`: gptviz reads at most 4,096 characters of text, 2,048 per line, s
 LONG = ("Line 1 has 2,048 characters, far more than the model's context (block_size=32) can hold: it was cut to "
         "its first 32 tokens.")
 MANY_LINES = "The text has 40 lines; only the first 16 are used as the batch."
+OTHER_SCRIPTS = ("To read another script (Chinese, say), pick a byte-level tokenizer (gpt2, cl100k_base or o200k_base) "
+                 "for the configurable model, or a model that uses one.")  # what to change, after the characters
 TEXT_NOTICES = ("The text is empty", "Not in this tokenizer's vocabulary", "Line 1 has", "The text has")
 
 
@@ -42,7 +44,8 @@ def expected_char_bpe(text: str) -> tuple[list[str], list[str], tuple[int, int]]
     unknown = list(dict.fromkeys(ch for line in lines[:16] for ch in line.lower().replace("<|endoftext|>", "")
                                  if ch not in tok.vocab))  # <|endoftext|> is one token, not 13 characters
     if unknown:
-        infos.append("Not in this tokenizer's vocabulary, so left out: " + " ".join(map(repr, unknown)) + ".")
+        infos.append("Not in this tokenizer's vocabulary, so left out: " + " ".join(map(repr, unknown)) + ". "
+                     + OTHER_SCRIPTS)
     lengths = [min(len(tok.encode(line)), 32) for line in lines[:16]]
     return warnings, infos, (lengths[0], max(lengths))
 
@@ -75,8 +78,9 @@ def check(at, name, text, vocab: str, warnings, infos, positions):
     if not infos:  # a text that calls for no message gets none about the text
         assert not any(m.startswith(TEXT_NOTICES) for m in shown), (*where, shown)
     # Generation has its own prompt box, seeded once from the sidebar; Who did it's first heatmap is the logit lens,
-    # one row per layer, not per position
-    if name not in ("generation", "who"):
+    # one row per layer, not per position; the pages that explain one prediction (its routes, a neuron, a feature, two
+    # models' heads) draw no position × position heatmap to count
+    if name not in ("generation", "who", "contributions", "neurons", "features", "compare"):
         assert positions_shown(at, name, positions), (*where, positions)
 
 
@@ -103,7 +107,7 @@ def test_the_expected_messages_are_worked_out_right():
     assert expected_char_bpe(TEXTS[7])[1] == [MANY_LINES]
     assert expected_char_bpe("<|endoftext|>") == ([], [], (1, 1))
     assert expected_char_bpe(TEXTS[4])[1] == [
-        "Not in this tokenizer's vocabulary, so left out: '\\x00' '\\x01' '\\x1b' '[' '\\x7f'."]
+        "Not in this tokenizer's vocabulary, so left out: '\\x00' '\\x01' '\\x1b' '[' '\\x7f'. " + OTHER_SCRIPTS]
 
 
 @pytest.mark.parametrize("name", ["home", "attention", "logits", "generation"])
