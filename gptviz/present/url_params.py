@@ -21,7 +21,7 @@ from .lessons.wording import languages
 from .page_context import CKPT_PREFIX, CONFIG_FIELDS, FOLDER_PREFIX, URL_FIELDS, Notice, _config_settings, defaults
 
 # Address-bar parameters a page owns and checks itself (the Lessons page): passed through untouched.
-PAGE_PARAMS = ("present", "lesson", "lstep")
+PAGE_PARAMS = ("present", "lesson", "lstep", "class", "teach", "me")  # the last three: a live class
 MODEL_PARAM = "model"  # ?model=NAME: a model folder in the server's models directory (the preset "folder: NAME")
 
 # The text a link can carry. A line of MAX_LINE_CHARS characters fills the largest context the sidebar allows

@@ -58,6 +58,7 @@ class Place:
     i: int
     present: bool
     words: lessons.Words = field(default_factory=lessons.words)  # the page's and the questions' words
+    live: Callable | None = None  # a live class's question (live_class.LiveQuestion): drawn in place of _question
 
     @property
     def n(self) -> int:
@@ -312,7 +313,8 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
             question = lessons.ask(step.question, live_q, place.words)
         except lessons.QuestionUnavailable as exc:
             unavailable = str(exc)
-    is_revealed = question is not None and (lesson.id, i) in st.session_state[f"{key}.revealed"]
+    is_revealed = question is not None and (place.live.revealed if place.live else
+                                            (lesson.id, i) in st.session_state[f"{key}.revealed"])
 
     # presenter mode gives a step with a question half the width: its text, the question and the choices fit
     left, right = st.columns([1, 1] if place.present and step.question else [2, 3], gap="large")
@@ -320,7 +322,8 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         left = left.container(height=PRESENT_PANEL_PX, border=False)
         right = right.container(height=PRESENT_PANEL_PX, border=False)
     with left:
-        if is_revealed and place.present:  # the answer where the class looks: the text folds away
+        fold = is_revealed or (place.live is not None and question is not None)  # live: students read it at desks
+        if fold and place.present:  # the answer (or the class's live count) where the class looks: the text folds
             with st.expander(place.words("step_text")):
                 st.markdown(step.text)
         else:
@@ -331,7 +334,7 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         if unavailable:
             st.info(place.words("unavailable", why=unavailable))
         if question is not None:
-            _question(key, place, question, is_revealed)
+            (place.live or _question)(key, place, question, is_revealed)
 
     with right:
         vkey = f"L.{lesson.id}.{i}"
