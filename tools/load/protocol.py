@@ -109,7 +109,8 @@ class Session:
         return next((p for p in self.pages if p.url_pathname == url_pathname), None)
 
     async def rerun(self, widget_states: WidgetStates | None = None, *, page_name: str | None = None,
-                    page_script_hash: str | None = None, timeout: float = 300.0) -> Run:
+                    page_script_hash: str | None = None, timeout: float = 300.0, fragment_id: str = "",
+                    is_auto_rerun: bool = False) -> Run:
         """Ask for a run (of ``page_name``, an address such as "Attention", or ``page_script_hash``, else the
         page shown now) with these widget states, and wait for its final ``script_finished``.
         A run that does not finish within ``timeout`` comes back with ``finished_at`` None."""
@@ -124,6 +125,7 @@ class Session:
             cs.page_script_hash = page_script_hash if page_script_hash is not None else self.page_script_hash
         if widget_states is not None:
             cs.widget_states.CopyFrom(widget_states)
+        cs.fragment_id, cs.is_auto_rerun = fragment_id, is_auto_rerun  # a fragment's run (st.fragment(run_every))
         if self.tell_cached:
             cs.cached_message_hashes.extend(self.cache)
         cs.context_info.timezone = "UTC"
