@@ -86,7 +86,7 @@ def test_merges_slider_changes_the_tokens():
 def test_chinese_text_reads_as_characters_on_the_chips_and_the_heatmap_axes():
     """GPT-2's byte tokens split each of these characters in two: the chips and the attention heatmap's axes name
     the character (注… then …注), never escaped bytes."""
-    from apphelp import PAGES, TIMEOUT, ROOT
+    from apphelp import PAGES, ROOT, TIMEOUT
     from streamlit.testing.v1 import AppTest
 
     text = "注意力是你所需要的"
