@@ -18,7 +18,7 @@ from .lessons import Place, _answer
 POLL_SECONDS = 1.0  # how often a follower checks the class's version
 # How often the teacher's count and histogram are redrawn: one session, so it can be often (an answer shows on the
 # projector within this plus one run; the bench's target is p95 ≤ 1 s)
-TALLY_SECONDS = 0.4
+TALLY_SECONDS = 0.6
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
 
