@@ -18,8 +18,9 @@ from ...interp import model_diff
 from ...model.hook_names import act_name
 from ...present import figures, matrices, source_code
 from ...present.descriptions import step_info
-from ...present.page_context import config_json
+from ...present.page_context import big_model_t, config_json
 from ...run import edits as edit_specs
+from ...text.tokenizers import token_labels
 from .. import resources
 from ..widgets import plot
 from . import section
@@ -31,7 +32,6 @@ SNAPSHOTS = "Two snapshots of the induction-heads run"
 CHECKPOINTS = "Two checkpoints"
 SNAPSHOT_RUN = "induction-heads"
 SHOWN = "__shown__"
-BIG_MODEL_T = 64  # a model past 20M parameters reads at most this many tokens here, as on every page
 BIG_MODEL_PARAMS = 20_000_000
 
 
@@ -202,12 +202,13 @@ def compared(ctx, key: str = "cmp") -> Optional[Compared]:
     cfg_a, cfg_b = resources.get_model(a.cfg_json, a.model_key).config, resources.get_model(b.cfg_json,
                                                                                               b.model_key).config
     big = max(cfg_a.num_params(), cfg_b.num_params()) > BIG_MODEL_PARAMS
-    cap = min(cfg_a.block_size, cfg_b.block_size, BIG_MODEL_T if big else 10**9)
+    # a model past 20M parameters reads at most as many tokens here as on every page (512, fewer if a trace won't fit)
+    cap = min(big_model_t(cfg_a), big_model_t(cfg_b)) if big else min(cfg_a.block_size, cfg_b.block_size)
     ids = [i for i in _text_ids(ctx, a, cap) if 0 <= i < min(cfg_a.vocab_size, cfg_b.vocab_size)]
     if not ids:
         st.warning("The text has no tokens these models know: type another text in the sidebar.")
         return None
-    out = Compared(a, b, what, ids, [a.tok.token_str(i) for i in ids])
+    out = Compared(a, b, what, ids, token_labels(a.tok, ids))
     x = (tuple(ids),)
     src = resources.default_source(b.model_key, x, cfg_b) if cfg_b.n_enc_layer > 0 else (None, None)
     none = edit_specs.spec_key(None)
