@@ -183,7 +183,8 @@ def browser(ctx, *, key: str = "feat") -> None:
     if top:
         st.markdown("**Features firing most on your text**, each against its own strongest held-out activation "
                     "(click one):")
-        cols = st.columns(len(top))
+        per_row = 4  # four to a row, so each button keeps its number readable in a lesson's narrow column too
+        cols = [c for r in range(0, len(top), per_row) for c in st.columns(per_row)]
         for c, j in zip(cols, top):
             c.button(_feature_name(got, j)[:28], key=f"{key}.pick.{j}", help=f"strongest activation {peak[j]:.2f}",
                      on_click=_set_feature, args=(j, (f"{key}.feature",)), width="stretch")
