@@ -59,6 +59,20 @@ def write_url(s: dict[str, Any]) -> None:
         pass
 
 
+def set_address(values: dict[str, Optional[str]]) -> None:
+    """Put a page's own parameters in the address bar (None removes one), writing only what changed, so a reload or
+    a shared link reopens the same view. Outside a browser (a test, a script) there is no address bar: nothing."""
+    try:
+        for k, v in values.items():
+            if v is None:
+                if k in st.query_params:
+                    del st.query_params[k]
+            elif st.query_params.get(k) != v:
+                st.query_params[k] = v
+    except Exception:  # noqa: BLE001 - no address bar outside a browser
+        pass
+
+
 def apply_preset(s: dict[str, Any], name: str) -> None:
     page_context.apply_preset(s, name)
     for field in CONFIG_FIELDS:

@@ -24,6 +24,7 @@ from ...present import lessons
 from ...present.descriptions import step_info
 from ...present.page_context import pinned, resolve
 from .. import resources
+from .. import state as shared
 from ..page import show_notices
 from . import FAILED, get, load_all, section
 
@@ -111,15 +112,7 @@ def use_stylesheet(present: bool) -> None:
 def keep_address_bar(place: Place, *, key: str = PAGE_KEY) -> None:
     """Write presenter mode, the lesson and the step (1-based) into the address bar, so a link reopens them."""
     state = {"present": "1" if place.present else None, "lesson": place.lesson.id, "lstep": str(place.i + 1)}
-    try:
-        for k, v in state.items():
-            if v is None:
-                if k in st.query_params:
-                    del st.query_params[k]
-            elif st.query_params.get(k) != v:
-                st.query_params[k] = v
-    except Exception:  # noqa: BLE001 - no address bar outside a browser (a test, a script)
-        pass
+    shared.set_address(state)
     st.session_state[f"{key}.url"] = state
 
 

@@ -99,16 +99,8 @@ def keep_address_bar(*, key: str = PAGE_KEY) -> None:
     live = _live(key)
     want = {"class": live.get("code"), "teach": live.get("token") if live.get("teacher") else None,
             "me": live.get("sid") if live.get("code") and not live.get("teacher") else None}
-    try:
-        for k, v in want.items():
-            if v is None:
-                if k in st.query_params:
-                    del st.query_params[k]
-            elif st.query_params.get(k) != v:
-                st.query_params[k] = v
-        live["raw"] = (want["class"], want["teach"], want["me"])
-    except Exception:  # noqa: BLE001 - no address bar outside a browser
-        pass
+    shared.set_address(want)
+    live["raw"] = (want["class"], want["teach"], want["me"])
 
 
 def teacher_settings() -> str:
