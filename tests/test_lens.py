@@ -321,3 +321,31 @@ def test_lens_summary_is_the_same_decoded_in_any_chunks(max_rows):
     s = lens_summary(tr.numpy(), m, b=1, k=4, max_rows=max_rows)
     assert s.target_prob.shape == (cfg.n_layer + 1, x.shape[1])
     assert_summary_by_hand(s, torch.softmax(lens_logits_by_hand(tr, m), -1)[:, 1], y[1], k=4)
+
+
+@pytest.mark.parametrize("start,stop", [(2, 5), (0, 3), (4, 7)])
+def test_a_window_of_positions_is_those_columns_of_the_lens(start, stop):
+    """A long text's lens decodes one window of positions: its columns are the plain-torch lens's columns start:stop,
+    row 1's targets there (position 2 has none), and it says where it starts."""
+    cfg, m, x, y, tr = two_rows()
+    s = lens_summary(tr.numpy(), m, b=1, k=3, start=start, stop=stop)
+    assert s.start == start and s.target_prob.shape == (cfg.n_layer + 1, stop - start)
+    assert_summary_by_hand(s, torch.softmax(lens_logits_by_hand(tr, m), -1)[:, 1, start:stop], y[1, start:stop], k=3)
+
+
+def test_the_lens_window_fits_the_budget_of_gpt2_small_at_128_positions():
+    """GPT-2 small reads all of a 128-token text and 128 positions of a longer one; a 30-layer model with a 49,152
+    vocabulary (SmolLM2-135M's shape) 64; a small model all of any text. Windows end at the last position."""
+    from gptviz.interp.lens import lens_window, lens_window_starts
+
+    gpt2 = ModelConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+    smol = ModelConfig(vocab_size=49152, block_size=2048, n_layer=30, n_head=9, n_embd=576)
+    tiny = ModelConfig(vocab_size=65, block_size=512, n_layer=4, n_head=4, n_embd=128)
+    assert [lens_window(gpt2, T) for T in (100, 128, 129, 512)] == [100, 128, 128, 128]
+    assert [lens_window(smol, T) for T in (50, 100, 512)] == [50, 64, 64]
+    assert lens_window(tiny, 512) == 512
+    for T, W in ((512, 128), (300, 128), (512, 64), (64, 64)):
+        starts = lens_window_starts(T, W)
+        covered = set().union(*(range(a, a + W) for a in starts))
+        assert covered == set(range(T)) and starts[-1] + W == T and starts[0] == 0
+    assert lens_window_starts(300, 128) == [0, 44, 172]

@@ -95,30 +95,59 @@ class LensSummary:
     """What the lens pages show for one batch row, without keeping (points × T × vocab) logits around."""
 
     labels: list[str]  # one per point (n_layer + 1)
-    target_prob: np.ndarray  # (P, T) probability of the true next token; NaN where there is none
-    top_ids: np.ndarray  # (P, T, k) the k most likely tokens at each point and position
-    top_probs: np.ndarray  # (P, T, k)
+    target_prob: np.ndarray  # (P, W) probability of the true next token; NaN where there is none
+    top_ids: np.ndarray  # (P, W, k) the k most likely tokens at each point and position
+    top_probs: np.ndarray  # (P, W, k)
+    start: int = 0  # the first position decoded: column j is position start + j (W: every position, or a window)
 
 
-def lens_summary(trace, model: GPT, b: int = 0, k: int = 5, max_rows: int = 512) -> LensSummary:
-    """The logit lens of batch row ``b``, boiled down to p(target) and the top-k tokens at every point.
+# The logit lens decodes (points × positions) rows through the whole unembedding. A long text on a big model is
+# read a window of positions at a time, so that one view never costs more than GPT-2 small's 13 points × 128
+# positions × 50,257 tokens × 768 (about 64 G multiply-adds).
+LENS_BUDGET_MACS = 13 * 128 * 50257 * 768
+LENS_WINDOWS = (128, 64, 32)
 
-    The points are decoded together, ``max_rows`` (point, position) rows per matrix product: one big
-    product is much faster than one per point, and a big vocabulary never holds more than ``max_rows``
-    rows of logits at once.
+
+def lens_window(cfg, T: int) -> int:
+    """How many positions one view of the lens decodes: all T when that fits ``LENS_BUDGET_MACS``, else the largest
+    of 128, 64 or 32 that fits (32 at least)."""
+    per_position = (cfg.n_layer + 1) * cfg.vocab_size * cfg.n_embd
+    if T * per_position <= LENS_BUDGET_MACS:
+        return T
+    return next((w for w in LENS_WINDOWS if w < T and w * per_position <= LENS_BUDGET_MACS), min(T, LENS_WINDOWS[-1]))
+
+
+def lens_window_starts(T: int, window: int) -> list[int]:
+    """The first position of each window, earliest first: the last window ends at the last position, each earlier
+    one starts ``window`` before the next, and the first starts at 0 (so it may overlap the second)."""
+    if window >= T:
+        return [0]
+    return sorted(set(range(T - window, 0, -window)) | {0})
+
+
+def lens_summary(trace, model: GPT, b: int = 0, k: int = 5, max_rows: int = 512, start: int = 0,
+                 stop: Optional[int] = None) -> LensSummary:
+    """The logit lens of batch row ``b`` at positions ``start:stop`` (default: all), boiled down to p(target)
+    and the top-k tokens at every point.
+
+    The points are decoded together, ``max_rows`` (point, position) rows per matrix product: one big product
+    is much faster than one per point, and a big vocabulary never holds more than ``max_rows`` rows of logits
+    at once.
     """
     model = _check(trace, model)
     k = max(1, min(int(k), model.config.vocab_size))
     labels, hooks = zip(*resid_points(model.config))
-    xs = torch.stack([_t(trace[h])[b] for h in hooks])  # (P, T, C)
+    xs = torch.stack([_t(trace[h])[b, start:stop] for h in hooks])  # (P, W, C)
     T = xs.shape[1]
+    if T == 0:
+        raise ValueError(f"positions {start}:{stop} hold no token")
     flat = xs.reshape(-1, xs.shape[-1])
     chunk = max(T, (max_rows // T) * T)
     parts = [_unembed(model, flat[i:i + chunk]) for i in range(0, flat.shape[0], chunk)]
-    tgt = None if trace.targets is None else _t(trace.targets)[b].long()
+    tgt = None if trace.targets is None else _t(trace.targets)[b, start:stop].long()
     tp, ti, tv = [], [], []
     for logits in parts:
-        probs = torch.softmax(logits.float(), dim=-1).view(-1, T, logits.shape[-1])  # (points, T, V)
+        probs = torch.softmax(logits.float(), dim=-1).view(-1, T, logits.shape[-1])  # (points, W, V)
         if tgt is None:
             tp.append(torch.full(probs.shape[:2], float("nan")))
         else:
@@ -127,7 +156,8 @@ def lens_summary(trace, model: GPT, b: int = 0, k: int = 5, max_rows: int = 512)
         v, i = probs.topk(k, dim=-1)
         tv.append(v)
         ti.append(i)
-    return LensSummary(list(labels), torch.cat(tp).numpy(), torch.cat(ti).numpy(), torch.cat(tv).numpy())
+    return LensSummary(list(labels), torch.cat(tp).numpy(), torch.cat(ti).numpy(), torch.cat(tv).numpy(),
+                       int(start))
 
 
 # --------------------------------------------------------------------------- direct logit attribution

@@ -198,3 +198,32 @@ def test_the_induction_model_gets_an_induction_pair_and_patching_finds_the_detec
     assert grid.shape == ind.shape
     best = int(np.argmax(ind[1]))
     assert int(np.nanargmax(grid[1])) == best and grid[1, best] > 0.5  # layer 1: the detector's induction head
+
+
+def test_a_long_text_is_read_one_window_of_positions_at_a_time(monkeypatch, reference):
+    """With the lens's budget set so this model reads 8 positions a view, the heatmap holds the last 8 positions
+    (3–10 of 11), labelled from 3, and sliding to the first window shows positions 0–7; each window's cells against
+    the model's own probabilities at the last row, and the top-token picker offers only that window."""
+    import gptviz.interp.lens as lens_module
+
+    monkeypatch.setattr(lens_module, "LENS_BUDGET_MACS", 1)
+    monkeypatch.setattr(lens_module, "LENS_WINDOWS", (8,))
+    _, cfg, _, batch, tr = reference
+    T = batch.lengths[0]
+    y = batch.y[0, :T].numpy()
+    probs = torch.softmax(tr["hook_logits"][0, :T].double(), -1).numpy()
+    at = ok(who())
+    for start in (3, 0):
+        if start == 0:
+            at.select_slider(key=f"lens.win.{T}.8").set_value(0)
+            at = ok(at.run())
+        fig = chart(at, "Logit lens")
+        assert f"positions {start}–{start + 7} of {T}" in fig["layout"]["title"]["text"]
+        z = array(fig["data"][0]["z"]).astype(float)
+        assert z.shape == (cfg.n_layer + 1, 8)
+        assert fig["data"][0]["x"][0].startswith(f"{start}: ")
+        window = np.arange(start, start + 8)
+        valid = y[window] >= 0
+        np.testing.assert_allclose(z[-1, valid], probs[window[valid], y[window][valid]], rtol=0, atol=1e-6)
+        picker = next(s for s in at.selectbox if s.label == "Position for the top tokens")
+        assert list(picker.options)[0].startswith(f"{start}: ") and len(picker.options) == 8

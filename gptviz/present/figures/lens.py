@@ -46,15 +46,16 @@ def _height(n_rows: int, per_row: int = 34, lo: int = 260, hi: int = 720) -> int
 
 def lens_heatmap(target_prob: np.ndarray, point_labels: Sequence[str], tokens: Sequence[str],
                  targets: Sequence[str], top1: np.ndarray, top1_prob: np.ndarray, title: str = "",
-                 show_values: bool = False) -> go.Figure:
+                 show_values: bool = False, first_pos: int = 0) -> go.Figure:
     """Layer × position: the probability the lens gives the true next token, on a fixed 0..1 scale.
 
     target_prob, top1 (strings), top1_prob: (points, T). ``targets``: the true next token of each position
-    ("" where there is none: those cells are empty). The hover names the lens's top-1 token.
+    ("" where there is none: those cells are empty). The hover names the lens's top-1 token. ``first_pos``: the
+    position of the first column (a window of a long text), which the x labels count from.
     """
     z = np.asarray(target_prob, dtype=float)
     P, T = z.shape
-    xs = unique_labels([f"{i}: '{t}'" for i, t in enumerate(tokens)])
+    xs = unique_labels([f"{first_pos + i}: '{t}'" for i, t in enumerate(tokens)])
     ys = unique_labels(point_labels)
     custom = [[[str(top1[p][t]), float(top1_prob[p][t]), targets[t] or "(none)"] for t in range(T)] for p in range(P)]
     main = dict(type="heatmap", z=z, x=xs, y=ys, customdata=custom, colorscale=PROB_SCALE, zmin=0.0, zmax=1.0,

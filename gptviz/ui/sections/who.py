@@ -36,8 +36,8 @@ def trace_key(ctx) -> tuple:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _lens_summary(key: tuple, b: int, k: int, _tr, _model) -> lens.LensSummary:
-    return lens.lens_summary(_tr, _model, b, k)
+def _lens_summary(key: tuple, b: int, k: int, start: int, stop: int, _tr, _model) -> lens.LensSummary:
+    return lens.lens_summary(_tr, _model, b, k, start=start, stop=stop)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -65,11 +65,29 @@ def _default_pos(ctx) -> int:
     return int(has[-1]) if has.size else ctx.n_pos - 1
 
 
-def _pos_picker(ctx, label: str, key: str) -> int:
+def _pos_picker(ctx, label: str, key: str, lo: int = 0, hi: Optional[int] = None) -> int:
+    """A position in lo..hi-1 (default: every position), labelled with its token."""
     labels = ctx.labels()
-    opts = list(range(ctx.n_pos))
-    return st.selectbox(label, opts, index=_default_pos(ctx), key=f"{key}.{ctx.n_pos}",
+    hi = ctx.n_pos if hi is None else hi
+    opts = list(range(lo, hi))
+    return st.selectbox(label, opts, index=min(max(_default_pos(ctx), lo), hi - 1) - lo, key=f"{key}.{ctx.n_pos}.{lo}",
                         format_func=lambda t: f"{t}: '{labels[t]}'")
+
+
+def _lens_positions(ctx, key: str) -> tuple[int, int]:
+    """(start, stop) of the positions the lens decodes: all of them, or for a long text on a big model the window
+    the reader slides to (``lens.lens_window``), the last one first."""
+    T = ctx.n_pos
+    W = lens.lens_window(ctx.cfg, T)
+    if W >= T:
+        return 0, T
+    starts = lens.lens_window_starts(T, W)
+    start = st.select_slider("Positions", starts, value=starts[-1], key=f"{key}.win.{T}.{W}",
+                             format_func=lambda a: f"{a}–{a + W - 1}")
+    st.caption(f"The lens reads this text {W} positions at a time: each position is decoded after every layer "
+               f"through all {ctx.cfg.vocab_size:,} tokens of the vocabulary, and {T} positions of a model this "
+               "size would keep you waiting. Slide to read another window.")
+    return int(start), int(start) + W
 
 
 def _quote(s: str) -> str:
@@ -102,16 +120,18 @@ def logit_lens(ctx, *, key: str = "lens", k: int = 5) -> None:
     """Layer × position heatmap of p(true next token) read through the final norm and unembedding after
     every layer, and one position's top-k tokens through the layers."""
     tr, model, b, T = ctx.trace(), ctx.model, ctx.b, ctx.n_pos
+    start, stop = _lens_positions(ctx, key)
     with st.spinner("Reading every layer through the unembedding…"):
-        s = _lens_summary(trace_key(ctx), b, k, tr, model)
+        s = _lens_summary(trace_key(ctx), b, k, start, stop, tr, model)
     vocab = ctx.vocab_labels()
     labels = ctx.labels()
     y = np.asarray(tr.targets)[b, :T]
     targets = [vocab[t] if t >= 0 else "" for t in y]
-    top1 = [[vocab[i] for i in row] for row in s.top_ids[:, :T, 0]]
-    fig = figs.lens_heatmap(s.target_prob[:, :T], s.labels, labels, targets, top1, s.top_probs[:, :T, 0],
-                            "Logit lens: p(true next token) if the model stopped here",
-                            show_values=ctx.s.get("show_values", False))
+    top1 = [[vocab[i] for i in row] for row in s.top_ids[:, :, 0]]
+    fig = figs.lens_heatmap(s.target_prob, s.labels, labels[start:stop], targets[start:stop], top1,
+                            s.top_probs[:, :, 0], "Logit lens: p(true next token) if the model stopped here"
+                            + (f" · positions {start}–{stop - 1} of {T}" if stop - start < T else ""),
+                            show_values=ctx.s.get("show_values", False), first_pos=start)
     plot(ctx, fig, key=f"{key}.heat")
     pre = ctx.cfg.norm_placement == "pre"
     st.markdown(
@@ -126,12 +146,12 @@ def logit_lens(ctx, *, key: str = "lens", k: int = 5) -> None:
     st.code("logits_l = model.lm_head(model.transformer.ln_f(tr[act_name('resid_pre', l)]))"
             if pre else "logits_l = model.lm_head(tr[act_name('resid_pre', l)])", language="python")
 
-    pos = _pos_picker(ctx, "Position for the top tokens", f"{key}.pos")
-    tops = [[vocab[i] for i in row] for row in s.top_ids[:, pos]]
+    pos = _pos_picker(ctx, "Position for the top tokens", f"{key}.pos", start, stop)
+    tops = [[vocab[i] for i in row] for row in s.top_ids[:, pos - start]]
     nxt = targets[pos] or None
     title = f"Top {s.top_ids.shape[-1]} after '{labels[pos]}' (position {pos}), layer by layer" + (
         f" · ★ = true next '{nxt}'" if nxt else "")
-    plot(ctx, figs.lens_topk(s.labels, tops, s.top_probs[:, pos], title, highlight=nxt), key=f"{key}.top")
+    plot(ctx, figs.lens_topk(s.labels, tops, s.top_probs[:, pos - start], title, highlight=nxt), key=f"{key}.top")
 
 
 # --------------------------------------------------------------------------- direct logit attribution
