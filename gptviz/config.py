@@ -201,10 +201,12 @@ class ModelConfig:
             total += V * C
         return total
 
-    def trace_bytes(self, batch: int, seq_len: int, grads: bool = False, slim: bool = False) -> int:
+    def trace_bytes(self, batch: int, seq_len: int, grads: bool = False, slim: bool = False,
+                    layers: Optional[int] = None) -> int:
         """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32). ``slim``: a decoder-only
         model's slim trace (``gptviz.run.on_demand``): one of the four score/pattern tensors a layer (two with
-        gradients), and without gradients no probabilities, repeated keys and values or MLP output."""
+        gradients), and without gradients no probabilities, repeated keys and values or MLP output. ``layers``: how
+        many layers' steps it keeps (``trace(..., layers=...)``; default all)."""
         B, T, C = batch, seq_len, self.n_embd
         slim = slim and self.n_enc_layer < 0
         lean = slim and not grads  # the extra steps are worked out when read too
@@ -216,7 +218,8 @@ class ModelConfig:
             + B * T * self.d_attn  # z
             + (0 if self.attn_only else B * T * self.d_mlp * ((3 if self.gated_mlp else 2) - lean))  # mlp
         )
-        total = (self.n_layer * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
+        kept = self.n_layer if layers is None else layers
+        total = (kept * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
                  + T * T)  # + the causal mask
         if self.n_enc_layer >= 0:
             S = self.enc_len

@@ -231,8 +231,9 @@ class Ctx:
         return labels[:V] if len(labels) >= V else labels + [f"<unused {i}>" for i in range(len(labels), V)]
 
     def trace(self, grads: bool = False) -> Trace:
-        """The (cached) trace of this batch, with the session's edits."""
-        if not grads and True in self._traces:
+        """The (cached) trace of this batch, with the session's edits. With ``grads``, a long text's trace
+        (``grad_layer``) keeps the steps and gradients of the layer in view only."""
+        if not grads and True in self._traces and self.grad_layer is None:
             return self._traces[True]  # a trace with gradients holds every forward value too: don't trace twice
         if grads not in self._traces:
             b = self.batch
@@ -240,12 +241,20 @@ class Ctx:
             src = self.source_batch
             source = () if src is None else (_tup(src.x), _tup(src.attention_mask))
             spec = self.s.get("edits") or edit_specs.EMPTY
+            scope = {"grad_layer": self.grad_layer} if grads and self.grad_layer is not None else {}
             try:
-                self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(spec), grads, *source)
+                self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(spec), grads, *source, **scope)
             except ValueError as exc:
                 self.edit_notice = f"Your edits could not be applied ({exc}), so this shows the model without them."
-                self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(None), grads, *source)
+                self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(None), grads, *source, **scope)
         return self._traces[grads]
+
+    @property
+    def grad_layer(self) -> Optional[int]:
+        """The one layer whose steps a trace with gradients keeps (the layer in view), for a long text on a big
+        model (``slim_view``): all of its layers' gradients would not fit. None: every layer's."""
+        x = self.batch.x
+        return self.layer if slim_view(self.cfg, x.shape[0], x.shape[1]) else None
 
 
 def _tup(t) -> tuple:
@@ -257,10 +266,12 @@ def _cap(msg: str) -> str:
 
 
 def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], edits_key: str, grads: bool,
-                   src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
+                   src: Optional[tuple] = None, src_mask: Optional[tuple] = None,
+                   grad_layer: Optional[int] = None) -> Trace:
     """The trace a store serves for these (hashable) arguments: numpy arrays, read-only, and with gradients only
     the weight gradients' norms. ``edits_key`` is ``edits.spec_key(spec)``; ``src``/``src_mask`` an
-    encoder-decoder model's source token ids and padding mask."""
+    encoder-decoder model's source token ids and padding mask; ``grad_layer`` (with ``grads``): keep the steps of
+    that layer only, and those outside every block (``Ctx.grad_layer``)."""
     import torch
 
     from ..run.trace import trace
@@ -277,7 +288,8 @@ def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], e
                targets=None if y is None else torch.tensor(y, dtype=torch.long),
                attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
                edits=edits, grads=grads, weight_grads="norms" if grads else "tensors",
-               slim=slim_view(cfg, len(x), len(x[0]) if x else 0), **source)
+               slim=slim_view(cfg, len(x), len(x[0]) if x else 0),
+               layers=None if grad_layer is None or not grads else [grad_layer], **source)
     return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
 
 

@@ -83,14 +83,15 @@ class Store:
                 tuple((1,) * len(r) + (0,) * (S - len(r)) for r in rows))
 
     def traced(self, cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],
-               edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
+               edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None,
+               grad_layer: Optional[int] = None) -> Trace:
         """A trace as numpy arrays (the arguments as ``gptviz.ui.resources.traced``)."""
-        k = (cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
+        k = (cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask, grad_layer)
         if k in self._traces:
             return self._traces[k]
         model = self.get_model(cfg_json, model_key)
         if src is None and model.config.n_enc_layer > 0:
             src, src_mask = self.default_source(model_key, x, model.config)
-        tr = page_context.trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask)
+        tr = page_context.trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask, grad_layer)
         self._traces[k] = tr
         return tr

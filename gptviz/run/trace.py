@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 import torch
 
 from ..model.gpt import GPT
+from ..model.hook_names import parse_act_name
 from . import on_demand
 from .loss import loss_breakdown
 from .on_demand import OnDemand
@@ -28,8 +29,10 @@ Edit = Union[torch.Tensor, np.ndarray, Callable[[torch.Tensor], Optional[torch.T
 
 class _Recorder:
     def __init__(self, edits: dict[str, Edit], grads: bool, slim_d_head: int = 0, masked=None, config=None,
-                 lean_grads: bool = False):
+                 lean_grads: bool = False, layers: Optional[frozenset[int]] = None):
         self.acts: dict[str, torch.Tensor] = {}
+        self.seen: set[str] = set()  # every step the model passed, kept or not
+        self.layers = layers  # keep only the steps of these layers and those outside every block (None: all)
         self.edits = edits
         self.grads = grads
         self.raw: Optional[dict[str, torch.Tensor]] = None  # see _embedding_grad_norms
@@ -45,8 +48,11 @@ class _Recorder:
         self.grad_keep_layers = on_demand.grad_kept_layers(edits)
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add(name)
         if name in self.edits:
             x = _apply_edit(name, x, self.edits[name])
+        if self.layers is not None and parse_act_name(name).layer not in (None, *self.layers):
+            return x  # another layer's step: the backward pass goes through it, the trace does not keep it
         if self.grads and not x.requires_grad:
             # A step with no path back to a weight (e.g. a fixed position table) becomes a leaf,
             # so the loss still has a gradient with respect to it.
@@ -262,6 +268,7 @@ def trace(
     enc_out: Optional[torch.Tensor] = None,
     weight_grads: str = "tensors",
     slim: bool = False,
+    layers: Optional[Iterable[int]] = None,
 ) -> Trace:
     """Run ``model`` on ``idx`` (batch, pos) and record every step.
 
@@ -285,6 +292,10 @@ def trace(
     a trace of a long text then holds one (batch, head, T, T) tensor a layer instead of four. So are
     ``hook_probs`` (then ``trace.breakdown`` has no ``"probs"``) and, without gradients, the repeated keys and
     values and the MLP's ``hook_post``; with gradients, the four score steps' gradients come from ∂loss/∂z.
+
+    ``layers`` (a decoder-only model): keep only the steps, and their gradients, of these layers and those outside
+    every block (embeddings, final norm, logits, loss), as the Backward page does for the layer in view on a long
+    text. Every number kept is the same as in the whole trace; the other layers' steps are simply not there.
     """
     idx = torch.as_tensor(idx)
     if targets is not None:
@@ -306,7 +317,12 @@ def trace(
     if slim_d_head:
         allowed, dead = model.allowed_keys(idx.shape[1], attention_mask)
         masked, lean = ~allowed, grads and dead is None  # the model's own mask
-    rec = _Recorder(edits, grads, slim_d_head, masked, model.config, bool(lean))
+    if layers is not None:
+        layers = frozenset(int(l) for l in layers)
+        if model.config.n_enc_layer >= 0 or not layers <= set(range(model.config.n_layer)):
+            raise ValueError(f"layers={sorted(layers)} must be layers of a decoder-only model (0 to "
+                             f"{model.config.n_layer - 1})")
+    rec = _Recorder(edits, grads, slim_d_head, masked, model.config, bool(lean), layers)
     if grads and weight_grads == "norms":
         rec.raw = {}
     cfg = model.config
@@ -318,7 +334,7 @@ def trace(
             rec("hook_probs", breakdown["probs"])
             breakdown["loss_per_token"] = rec("hook_loss_per_token", breakdown["loss_per_token"])
             breakdown["loss"] = rec("hook_loss", breakdown["loss_per_token"].sum() / breakdown["n_valid"])
-    unknown = sorted(set(edits) - set(rec.acts))
+    unknown = sorted(set(edits) - rec.seen)
     if unknown:
         raise ValueError(f"cannot edit {', '.join(map(repr, unknown))}: no such step in this model")
     acts = rec.acts

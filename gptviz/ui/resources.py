@@ -233,7 +233,8 @@ BIG_MODEL_PARAMS = 20_000_000
 
 
 def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],
-           edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None) -> Trace:
+           edits_key: str, grads: bool, src: Optional[tuple] = None, src_mask: Optional[tuple] = None,
+           grad_layer: Optional[int] = None) -> Trace:
     """A trace as numpy arrays, cached. Everything it depends on is in the arguments.
 
     ``src`` and ``src_mask`` are an encoder-decoder model's source: the token ids its encoder reads and their
@@ -251,7 +252,7 @@ def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple]
     big = cfg.num_params() > BIG_MODEL_PARAMS
     fn = _traced_big if big else _traced_small
     # read-only: a trace is one object shared by every session that asks for it
-    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask)
+    return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask, grad_layer)
 
 
 def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tuple[tuple, tuple]:
@@ -271,8 +272,9 @@ def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tupl
     return src, tuple((1,) * len(r) + (0,) * (S - len(r)) for r in rows)
 
 
-def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None) -> Trace:
-    return trace_for_view(get_model(cfg_json, model_key), x, y, mask, edits_key, grads, src, src_mask)
+def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None,
+                   grad_layer=None) -> Trace:
+    return trace_for_view(get_model(cfg_json, model_key), x, y, mask, edits_key, grads, src, src_mask, grad_layer)
 
 
 # Traces, shared by every session (frozen: read-only arrays), least recently used forgotten past this many

@@ -141,8 +141,8 @@ class _SourceStore:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def traced(self, *args):
-        return self._store.traced(*args, *self._src) if len(args) == 7 else self._store.traced(*args)
+    def traced(self, *args, **kw):
+        return self._store.traced(*args, *self._src, **kw) if len(args) == 7 else self._store.traced(*args, **kw)
 
 
 def source_batch(ctx):

@@ -213,11 +213,12 @@ def status(field):
 open("/proc/self/clear_refs", "w").write("5")
 before = status("VmRSS")
 t = time.perf_counter()
-tr = trace_for_view(model, x, y, None, edits.spec_key(None), {grads})
+layer = 0 if {grads} and slim_view(cfg, 1, {T}) else None  # as Ctx.grad_layer: the layer in view (0 by default)
+tr = trace_for_view(model, x, y, None, edits.spec_key(None), {grads}, grad_layer=layer)
 dt = time.perf_counter() - t
 print(json.dumps(dict(before=before, peak=status("VmHWM"), held=status("VmRSS"), nbytes=nbytes(tr), seconds=dt,
-                      params=cfg.num_params(), slim=tr.slim, estimate=cfg.trace_bytes(1, {T}, {grads},
-                      slim_view(cfg, 1, {T})))))
+                      params=cfg.num_params(), slim=tr.slim, layers="all" if layer is None else 1,
+                      estimate=cfg.trace_bytes(1, {T}, {grads}, slim_view(cfg, 1, {T}), None if layer is None else 1))))
 """
 
 
@@ -237,7 +238,8 @@ def bench_long_memory(which: str, models_dir: Path) -> list[dict]:
             rows.append(failed(figure, name, f"{type(exc).__name__}: {exc}"[:300]))
             continue
         kept = mib(r["nbytes"])
-        rows.append(row(figure, f"{name} · {r['params']:,} params · T={T_LONG} · random ids · slim {r['slim']}",
+        rows.append(row(figure, f"{name} · {r['params']:,} params · T={T_LONG} · random ids · slim {r['slim']} · "
+                                f"layers kept: {r['layers']}",
                         f"cached {kept:.0f} MiB (estimate {mib(r['estimate']):.0f}) · peak while traced "
                         f"+{mib(r['peak'] - r['before']):.0f} MiB · {r['seconds']:.2f} s · load {load0} → {_load()}",
                         float("nan"), f"≤ {GOAL_TRACE_MIB} MiB", kept <= GOAL_TRACE_MIB))

@@ -23,6 +23,10 @@ def step(ctx, *, key: str = "bw") -> None:
     titles = {n: step_info(tr, n).title for n in names}  # not a closure over tr: the widget keeps its format_func
     choice = st.selectbox("Step", names, index=names.index(default) if default in names else 0, key=f"{key}.step",
                           format_func=lambda n: f"{titles[n]} · {n}")
+    if ctx.grad_layer is not None:
+        st.caption(f"This text is long, so the gradients kept are those of layer {ctx.grad_layer} (the layer chosen in "
+                   "the sidebar) and of the steps outside every block: every layer's would not fit in memory. Choose "
+                   "another layer to see its steps.")
     info = step_info(tr, choice)
     per_head = "head" in info.axes
     left, right = st.columns(2)

@@ -1,0 +1,108 @@
+"""A long text's trace with gradients keeps one layer (issue 21): the Backward page's trace of a big model at 512
+tokens holds the steps and gradients of the layer in view and of the steps outside every block, nothing else.
+Every number kept is the whole trace's, bit for bit, and the gradients are checked against plain torch autograd."""
+import numpy as np
+import pytest
+import torch
+from apphelp import array, chart, ok, page
+from test_long_texts import SMOL, T_EXACT, TINY, TINY_GQA, as_t, ids, next_tokens
+
+from gptviz import GPT, trace
+from gptviz.config import MAX_TRACE_BYTES, preset
+from gptviz.model.hook_names import parse_act_name
+from gptviz.present import page_context
+from gptviz.run.byte_cache import nbytes
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_GQA], ids=["gpt2-like", "gqa-rope"])
+@pytest.mark.parametrize("edit", [False, True], ids=["plain", "head-off-in-another-layer"])
+def test_one_layers_gradients_are_the_whole_traces(cfg, edit):
+    model = GPT(cfg)
+    idx = ids(cfg, B=2, n=T_EXACT)
+    args = dict(targets=next_tokens(idx), grads=True, slim=True)
+    if edit:  # an edit in a layer not kept still changes everything after it
+        def head_off(p):
+            p[:, 1] = 0
+            return p
+        args["edits"] = {"blocks.0.attn.hook_pattern": head_off}
+    full, one = trace(model, idx, **args), trace(model, idx, layers=[1], **args)
+    layer_of = {n: parse_act_name(n).layer for n in full}
+    assert list(one) == [n for n in full if layer_of[n] in (None, 1)]
+    assert any(layer_of[n] == 1 for n in one) and not any(layer_of[n] == 0 for n in one)
+    for n in one:
+        assert torch.equal(as_t(full[n]), as_t(one[n])), n
+        ga, gb = full.grad(n), one.grad(n)
+        assert (ga is None) == (gb is None) and (ga is None or torch.equal(as_t(ga), as_t(gb))), f"∂loss/∂{n}"
+    assert one.param_grad_norms() == full.param_grad_norms() and one.loss == full.loss
+
+
+def test_the_kept_gradients_against_plain_autograd():
+    """∂loss/∂(layer 1's input) and ∂loss/∂(its attention pattern) from torch autograd on the model itself, with
+    hooks that keep those two tensors' gradients; and ∂loss/∂logits = (softmax − one-hot) / n."""
+    model = GPT(TINY)
+    idx = ids(TINY, n=T_EXACT)
+    y = next_tokens(idx)
+    tr = trace(model, idx, targets=y, grads=True, slim=True, layers=[1])
+    kept = {}
+
+    def keep_input(_module, args):
+        args[0].retain_grad()
+        kept["resid_pre"] = args[0]
+
+    block = model.transformer.h[1]
+    handle = block.register_forward_pre_hook(keep_input)
+    try:
+        logits, _ = model(idx)  # (B, T, vocab), no loss without targets
+    finally:
+        handle.remove()
+    valid = y != -100
+    loss = torch.nn.functional.cross_entropy(logits[valid], y[valid])
+    loss.backward()
+    torch.testing.assert_close(as_t(tr.grad("blocks.1.hook_resid_pre")), kept["resid_pre"].grad, atol=1e-6,
+                               rtol=1e-4)
+    p = torch.softmax(logits.detach(), -1)
+    onehot = torch.zeros_like(p)
+    onehot[valid] = torch.nn.functional.one_hot(y[valid], TINY.vocab_size).float()
+    expected = (p - onehot) * valid[..., None] / valid.sum()
+    torch.testing.assert_close(as_t(tr.grad("hook_logits")), expected, atol=1e-7, rtol=1e-4)
+
+
+def test_a_long_texts_backward_trace_fits_where_all_layers_did_not():
+    """The view keeps one layer's gradients for a long text on a big model (the layer in view) and every layer's for
+    a small one; at 512 tokens of the tiny model the trace of one layer is much lighter than the whole."""
+    assert page_context.slim_view(SMOL, 1, 512) and not page_context.slim_view(preset("default"), 1, 32)
+    model = GPT(TINY)
+    idx = ids(TINY)
+    y = next_tokens(idx)
+    full = trace(model, idx, targets=y, grads=True, slim=True)
+    one = trace(model, idx, targets=y, grads=True, slim=True, layers=[0])
+    assert nbytes(one) < 0.7 * nbytes(full) < MAX_TRACE_BYTES
+    est = TINY.trace_bytes(1, 512, grads=True, slim=True, layers=1)  # the upper estimate, before anything is built
+    assert nbytes(one) <= est < TINY.trace_bytes(1, 512, grads=True, slim=True)
+    with pytest.raises(ValueError, match="layers"):
+        trace(model, idx, targets=y, grads=True, layers=[2])
+
+
+def test_the_backward_page_on_a_long_text_shows_the_layer_in_view(monkeypatch):
+    """With every text counted as long (SLIM_TRACE_BYTES = 0), the Backward page's step list holds layer 1's steps
+    (the layer chosen) and those outside every block, says why, and its gradient of layer 1's pattern is plain
+    autograd's on the same model and text."""
+    monkeypatch.setattr(page_context, "SLIM_TRACE_BYTES", 0)
+    at = ok(page("backward", layer=1))
+    options = at.selectbox(key="bw.step").options
+    layers = {parse_act_name(o.split(" · ")[-1]).layer for o in options}
+    assert layers == {None, 1}
+    assert any("gradients kept are those of layer 1" in c.value for c in at.caption)
+    g = array(chart(at, "∂loss/∂ L1 attention weights")["data"][0]["z"]).astype(float)
+    # the same model and text, traced whole with gradients (every layer): the page's numbers are its layer 1
+    from gptviz import encode_batch, get_tokenizer
+    from gptviz.text.batches import DEFAULT_PROMPT
+
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+    ref = trace(GPT(cfg), b.x, b.y, b.attention_mask, grads=True)
+    want = ref.grad("blocks.1.attn.hook_pattern").detach().numpy()[0, 0]
+    T = b.lengths[0]
+    allowed = np.tril(np.ones((T, T), dtype=bool))
+    np.testing.assert_allclose(g[:T, :T][allowed], want[:T, :T][allowed], atol=1e-6, rtol=1e-4)
