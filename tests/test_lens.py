@@ -349,3 +349,19 @@ def test_the_lens_window_fits_the_budget_of_gpt2_small_at_128_positions():
         covered = set().union(*(range(a, a + W) for a in starts))
         assert covered == set(range(T)) and starts[-1] + W == T and starts[0] == 0
     assert lens_window_starts(300, 128) == [0, 44, 172]
+
+
+def test_attribution_at_one_position_adds_up_to_its_logit():
+    """decompose(at=(b, t)) splits that one logit: its parts add up to the trace's own logit of the target there,
+    and equal that column of the whole split; a position outside the batch is refused."""
+    cfg = DLA_CONFIGS["rmsnorm-rope-untied"]
+    m = perturbed(cfg)
+    x, y = batch(cfg)
+    tr = trace(m, x, y)
+    labels, c, bias = decompose(tr, m, "target", at=(1, 4))
+    assert c.shape == (len(labels), 1, 1) and bias.shape == (1, 1)
+    assert abs(float(c.sum() + bias[0, 0]) - float(logit_of(tr, y)[1, 4])) < TOL
+    _, c_all, bias_all = decompose(tr, m, "target")
+    torch.testing.assert_close(c[:, 0, 0], c_all[:, 1, 4], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="outside"):
+        decompose(tr, m, "target", at=(2, 0))

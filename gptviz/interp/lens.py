@@ -223,9 +223,12 @@ def _token_ids(trace, tokens: Tokens, shape: tuple[int, int], vocab: int) -> tor
 
 
 @torch.no_grad()
-def decompose(trace, model: GPT, tokens: Tokens = "target"):
+def decompose(trace, model: GPT, tokens: Tokens = "target", at: Optional[tuple[int, int]] = None):
     """Direct logit attribution: ``(labels, contributions, bias)`` with
     ``contributions.sum(0) + bias == logits[b, t, tokens[b, t]]``.
+
+    ``at=(b, t)``: that one batch row and position only (outputs of batch and position size 1), as the page shows
+    one position: a long text's every position would cost hundreds of times more.
 
     ``tokens``: ``"target"`` (the trace's targets), one token id for every position, or a ``(B, T)`` array
     of ids. Positions whose token is ``-100`` (nothing to predict) get NaN in both outputs.
@@ -256,8 +259,19 @@ def decompose(trace, model: GPT, tokens: Tokens = "target"):
         )
     L = cfg.n_layer
     x_final = _t(trace[f"blocks.{L - 1}.hook_resid_post"])
+    ids = _token_ids(trace, tokens, tuple(x_final.shape[:2]), cfg.vocab_size)
+    if at is not None:
+        b, t = (int(i) for i in at)
+        if not (0 <= b < ids.shape[0] and 0 <= t < ids.shape[1]):
+            raise ValueError(f"at={at} is outside the trace's batch of shape {tuple(ids.shape)}")
+        ids = ids[b:b + 1, t:t + 1]
+
+    def read(name: str) -> torch.Tensor:  # a step, at (b, t) only if asked
+        v = _t(trace[name])
+        return v if at is None else v[b:b + 1, t:t + 1]
+
+    x_final = read(f"blocks.{L - 1}.hook_resid_post")
     B, T, C = x_final.shape
-    ids = _token_ids(trace, tokens, (B, T), cfg.vocab_size)
     valid = ids != -100
 
     dt = torch.float64
@@ -267,7 +281,7 @@ def decompose(trace, model: GPT, tokens: Tokens = "target"):
     d = u * ln.weight.to(dt)
     if cfg.norm == "layernorm":  # (c - mean c) · d == c · (d - mean d)
         d = d - d.mean(-1, keepdim=True)
-    d = d / _t(trace["ln_final.hook_scale"]).to(dt)  # (B, T, 1) the scale the model actually used
+    d = d / read("ln_final.hook_scale").to(dt)  # (B, T, 1) the scale the model actually used
     bias = (u * ln.bias.to(dt)).sum(-1) if ln.bias is not None else torch.zeros(B, T, dtype=dt)
     if model.lm_head.bias is not None:
         bias = bias + model.lm_head.bias[ids.clamp(min=0)].to(dt)
@@ -280,25 +294,25 @@ def decompose(trace, model: GPT, tokens: Tokens = "target"):
         stream = stream + vec
         rows.append((vec * d).sum(-1) if vec.dim() == 3 else (d @ vec))
 
-    add(_t(trace["hook_embed"]))
+    add(read("hook_embed"))
     if cfg.pos_encoding in ("learned", "sinusoidal"):
-        add(_t(trace["hook_pos_embed"]))
+        add(read("hook_pos_embed"))
     nh, hs = cfg.n_head, cfg.d_head
     for l in range(L):
         attn = model.transformer.h[l].attn
         # GPT / encoder-decoder (gptviz.model.encoder_decoder)
         proj = attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj
         W_O = proj.weight.to(dt).view(C, nh, hs)  # column block h is head h's W_O
-        z = _t(trace[f"blocks.{l}.attn.hook_z"]).to(dt)  # (B, T, nh, hs)
+        z = read(f"blocks.{l}.attn.hook_z").to(dt)  # (B, T, nh, hs)
         e = torch.einsum("btc,cnh->btnh", d, W_O)  # d pulled back through each head's W_O
         rows.extend((z * e).sum(-1).unbind(-1))  # (B, T) per head
         stream = stream + torch.einsum("btnh,cnh->btc", z, W_O)
         if proj.bias is not None:
             add(proj.bias)
         if getattr(cfg, "n_enc_layer", -1) >= 0:
-            add(_t(trace[f"blocks.{l}.hook_cross_out"]))
+            add(read(f"blocks.{l}.hook_cross_out"))
         if not getattr(cfg, "attn_only", False):
-            add(_t(trace[f"blocks.{l}.hook_mlp_out"]))
+            add(read(f"blocks.{l}.hook_mlp_out"))
     labels = [c.label for c in components(cfg)]
     rest = x_final.to(dt) - stream
     if float(rest.abs().max()) > 1e-4 * (1.0 + float(x_final.abs().max())):

@@ -41,9 +41,10 @@ def _lens_summary(key: tuple, b: int, k: int, start: int, stop: int, _tr, _model
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _decompose(key: tuple, tokens, _tr, _model):
-    labels, c, bias = lens.decompose(_tr, _model, tokens)
-    return labels, np.asarray(c), np.asarray(bias)
+def _decompose(key: tuple, tokens, b: int, pos: int, _tr, _model):
+    """Direct logit attribution at row b, position pos: (labels, contributions (n,), bias)."""
+    labels, c, bias = lens.decompose(_tr, _model, tokens, at=(b, pos))
+    return labels, np.asarray(c)[:, 0, 0], float(np.asarray(bias)[0, 0])
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -191,12 +192,11 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
             return
         tokens = tok_id
     try:
-        comp_labels, contrib, bias = _decompose(trace_key(ctx), tokens, tr, model)
+        comp_labels, contrib, bias_v = _decompose(trace_key(ctx), tokens, b, pos, tr, model)
     except ValueError as exc:
         st.warning(f"Direct logit attribution could not be computed: {exc}")
         return
-    values = contrib[:, b, pos].astype(float)
-    bias_v = float(bias[b, pos])
+    values = contrib.astype(float)
     bar_labels, bar_values = list(comp_labels), list(values)
     if bias_v != 0.0:
         bar_labels.append("final norm shift β")
@@ -226,7 +226,7 @@ def direct_logit_attribution(ctx, *, key: str = "dla") -> None:
     st.caption("σ is the final norm's divisor from the real forward pass, frozen: with it fixed, the norm is linear, "
                "so the logit splits exactly into one term per component.")
 
-    grid = lens.head_grid(contrib[:, b, pos], cfg).astype(float)  # (L, H)
+    grid = lens.head_grid(contrib, cfg).astype(float)  # (L, H)
     plot(ctx, figs.layer_head_heatmap(grid, f"Each head's direct contribution to '{name}'", "logit"),
          key=f"{key}.heads")
     order = sorted(((l, h) for l in range(cfg.n_layer) for h in range(cfg.n_head)), key=lambda lh: -abs(grid[lh]))
