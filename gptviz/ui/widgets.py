@@ -16,6 +16,8 @@ from ..present.matrices import MAX_COLS, page_count, step_matrix
 from ..present.matrices import masked_cells as _masked_cells
 from ..present.page_context import Ctx
 from ..run import edits as edit_specs
+from .cell_picker import pick_cell, zoomed
+from .markdown_text import plain_md
 
 
 def masked(ctx: Ctx) -> Optional[np.ndarray]:
@@ -97,6 +99,12 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
         if picked is not None and picked != sel and picked[1] <= picked[0] < ctx.n_pos:
             ctx.s["sel"] = list(picked)
             st.rerun()
+    elif pairwise:  # a long text's map: a cell is a pixel (drag to zoom), so the query and key are chosen below it
+        chart = st.container()
+        if pick_cell(ctx, m, chart_key):
+            fig = zoomed(fig, sel, *m.values.shape)
+        with chart:
+            plot(ctx, fig, key=chart_key)
     else:
         plot(ctx, fig, key=chart_key)
     if with_downloads:
@@ -328,6 +336,7 @@ def selection_note(ctx: Ctx) -> None:
         return
     labels = ctx.labels()
     q, k = sel
-    st.sidebar.info(f"Selected: query {q} '{labels[q]}' → key {k} '{labels[k]}' (outlined on every chart)",
+    st.sidebar.info(f"Selected: query {q} '{plain_md(labels[q])}' → key {k} '{plain_md(labels[k])}' (outlined on every "
+                    "chart)",
                     icon=":material/ads_click:")
     st.sidebar.button("Clear the selection", key="sel.clear", on_click=lambda: ctx.s.pop("sel", None))

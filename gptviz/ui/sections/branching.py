@@ -14,10 +14,11 @@ from ...present import figures, source_code
 from ...run.branching import MAX_NEW, Path, branch, continuation, parting_point
 from ...run.slots import BIG_LOAD
 from .. import resources
+from ..markdown_text import plain_md
 from ..waiting import queued
 from ..widgets import plot
 from . import section
-from .generation import _inputs, plain_md
+from .generation import _inputs
 
 BIG_MODEL_PARAMS = 20_000_000
 DEFAULT_TOKENS = 12

@@ -15,10 +15,10 @@ from ...present import figures, source_code
 from ...run import edits as edit_specs
 from ...run.slots import BIG_LOAD
 from .. import nav, resources
+from ..markdown_text import plain_md
 from ..waiting import queued
 from ..widgets import plot
 from . import section
-from .generation import plain_md
 from .who import trace_key
 
 ATTENTION_PAGE = "app_pages/attention.py"

@@ -34,10 +34,10 @@ from ...present.figures.features import activation_html, before_after_bars
 from ...present.page_context import CKPT_PREFIX
 from ...run.trace import trace
 from .. import resources
+from ..markdown_text import plain_md
 from ..page import preset_label
 from ..widgets import plot
 from . import section
-from .generation import plain_md
 
 FEATURE = "gptviz.features.feature"  # st.session_state: the feature in view, shared by both sections
 SHOW = 10  # tokens per chart

@@ -5,7 +5,6 @@ Every section takes the prompt and the sampling settings as options; those not g
 once per ``key`` and run, and shared by the sections drawn with that key), so a lesson can pin them."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -16,18 +15,11 @@ from ...model.hook_names import act_name
 from ...present import figures, matrices, readouts
 from ...present.descriptions import step_info
 from ...run.generation import generate as run_generate
+from ..markdown_text import plain_md
 from ..widgets import plot
 from . import section
 
 SHOW = 12  # bars per chart
-_MD_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
-
-
-def plain_md(text: str) -> str:
-    """``text`` as Markdown that shows it literally: every ASCII punctuation character backslash-escaped (no link,
-    no emphasis, no HTML, no LaTeX, no bare-URL autolink: ``http\\://`` and ``www\\.`` are not links), new lines
-    as spaces."""
-    return _MD_PUNCT.sub(r"\\\1", " ".join(str(text).splitlines()))
 
 
 @dataclass

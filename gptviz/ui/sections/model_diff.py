@@ -22,9 +22,9 @@ from ...present.page_context import big_model_t, config_json
 from ...run import edits as edit_specs
 from ...text.tokenizers import token_labels
 from .. import resources
+from ..markdown_text import plain_md
 from ..widgets import plot
 from . import section
-from .generation import plain_md
 
 TRAINED = "Trained vs untrained (same shape)"
 SEEDS = "Two seeds of this shape"
