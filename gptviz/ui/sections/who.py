@@ -121,6 +121,7 @@ def logit_lens(ctx, *, key: str = "lens", k: int = 5) -> None:
     """Layer × position heatmap of p(true next token) read through the final norm and unembedding after
     every layer, and one position's top-k tokens through the layers."""
     tr, model, b, T = ctx.trace(), ctx.model, ctx.b, ctx.n_pos
+    chart = st.container()  # the heatmap first, the window's slider (if any) under it
     start, stop = _lens_positions(ctx, key)
     with st.spinner("Reading every layer through the unembedding…"):
         s = _lens_summary(trace_key(ctx), b, k, start, stop, tr, model)
@@ -133,7 +134,8 @@ def logit_lens(ctx, *, key: str = "lens", k: int = 5) -> None:
                             s.top_probs[:, :, 0], "Logit lens: p(true next token) if the model stopped here"
                             + (f" · positions {start}–{stop - 1} of {T}" if stop - start < T else ""),
                             show_values=ctx.s.get("show_values", False), first_pos=start)
-    plot(ctx, fig, key=f"{key}.heat")
+    with chart:
+        plot(ctx, fig, key=f"{key}.heat")
     pre = ctx.cfg.norm_placement == "pre"
     st.markdown(
         "Each row reads the residual stream at one depth as if it were the last: "
