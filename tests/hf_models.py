@@ -58,6 +58,11 @@ def build(family: str, folder, **extra):
                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                               sliding_window=None, **extra)
         cls = T.MistralForCausalLM
+    elif family == "gemma":  # head_dim 32, not 64/4; one key/value head (multi-query, as Gemma 2b) unless told
+        cfg = T.GemmaConfig(**{"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 96,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+                               "head_dim": 32, "max_position_embeddings": 64, **extra})
+        cls = T.GemmaForCausalLM
     else:
         cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                               num_attention_heads=3, max_position_embeddings=64,
@@ -68,8 +73,13 @@ def build(family: str, folder, **extra):
     torch.manual_seed(0)
     model = cls(cfg).eval()
     randomise(model)
+    if family == "gemma":  # Gemma stores each norm's gain as an offset w (applied as 1 + w): random around 0
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.sub_(1.0)
     model.save_pretrained(str(folder))
-    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral"))
+    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral", "gemma"))
     return model
 
 

@@ -1,10 +1,15 @@
-"""Parity with an independent implementation: Hugging Face's GPT-2, built locally with random weights."""
+"""Parity with an independent implementation: Hugging Face's GPT-2, built locally with random weights; and a Gemma
+model folder opened by ``gptviz.from_pretrained`` against transformers' ``GemmaForCausalLM`` on the same folder."""
+import json
+
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
+import gptviz
 from gptviz import from_hf_gpt2, trace
+from gptviz.model.hook_names import act_name
 
 
 def make_hf(tie=True, activation="gelu_new", seed=0):
@@ -60,3 +65,68 @@ def test_unsupported_hf_options_are_refused():
                                   scale_attn_by_inverse_layer_idx=True)
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         from_hf_gpt2(transformers.GPT2LMHeadModel(cfg))
+
+
+@pytest.mark.parametrize("n_kv_head", [1, 2])  # multi-query (as Gemma 2b) and grouped-query attention
+def test_a_gemma_folder_matches_transformers(n_kv_head, tmp_path):
+    """Gemma 1: RMSNorm gains applied as 1 + w (random w: transformers starts them at 0, where 1 + w is 1), the
+    embeddings times √hidden_size while the tied unembedding is the unscaled table, GeGLU, head_dim 32 (not
+    64 / 4 heads). Logits, every layer's and head's attention pattern and the token ids equal transformers' and
+    tokenizers'."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from hf_models import TEXT, build
+
+    hf = build("gemma", tmp_path, num_key_value_heads=n_kv_head)
+    for name, w in hf.named_parameters():
+        if name.endswith("norm.weight"):  # offsets around 0, none at the zero init
+            assert 0.05 < w.abs().mean() < 0.5 and w.abs().min() > 0, name
+    model, tok = gptviz.from_pretrained(tmp_path)
+    c = model.config
+    assert (c.n_head, c.n_kv_head, c.d_head, c.n_embd, c.activation, c.gated_mlp, c.norm, c.pos_encoding) == \
+        (4, n_kv_head, 32, 64, "gelu_tanh", True, "rmsnorm", "rope")
+    own = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    ids = tok.encode(TEXT)
+    assert ids == own.encode(TEXT).ids and len(ids) > 10
+    idx = torch.tensor([ids[:40]])
+    with torch.no_grad():
+        out = hf(idx, output_attentions=True, output_hidden_states=True)
+        table = hf.model.embed_tokens.weight
+        assert torch.allclose(out.hidden_states[0], table[idx] * 8.0)  # √64: transformers scales the lookup
+    tr = trace(model, idx)
+    assert torch.equal(tr[act_name("embed")], out.hidden_states[0])  # the scaled rows, to the bit
+    assert torch.equal(model.lm_head.weight, table)  # the unembedding: the stored table, unscaled
+    assert (tr["hook_logits"] - out.logits).abs().max().item() < 1e-4
+    assert len(out.attentions) == c.n_layer
+    for layer, pattern in enumerate(out.attentions):  # (B, n_head, T, T) per layer
+        assert torch.allclose(tr[act_name("pattern", layer)], pattern, atol=1e-5), layer
+    assert tok.decode(ids) == own.decode(ids, skip_special_tokens=False)
+
+
+GEMMA = {"model_type": "gemma", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+         "max_position_embeddings": 64, "hidden_act": "gelu", "rms_norm_eps": 1e-6}
+
+
+@pytest.mark.parametrize("change, outcome", [
+    ({}, "gelu_tanh"),  # Gemma's first configs say "gelu" for the tanh approximation, as transformers reads it
+    ({"hidden_activation": "gelu_pytorch_tanh"}, "gelu_tanh"),  # Gemma 1.1's: both keys, agreeing
+    ({"hidden_activation": "gelu", "hidden_act": "gelu_pytorch_tanh"}, "name different activations"),
+    ({"tie_word_embeddings": False}, "tie_word_embeddings=false is not supported"),
+    ({"head_dim": None}, "lacks 'head_dim'"),
+    ({"use_bidirectional_attention": True}, "causal attention"),
+    ({"attn_logit_softcapping": 50.0}, "Gemma 2's"),
+    ({"vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+      "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256}, "over the limit"),  # Gemma 7b's shape
+])
+def test_a_gemma_config_is_read_or_refused_before_anything_is_built(tmp_path, change, outcome):
+    from gptviz.model.pretrained import model_config
+
+    d = {k: v for k, v in {**GEMMA, **change}.items() if v is not None}
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    if outcome == "gelu_tanh":
+        cfg, family = model_config(tmp_path)
+        assert (family, cfg.activation, cfg.d_head, cfg.n_kv_head, cfg.tie_weights) == ("gemma", "gelu_tanh", 32, 1,
+                                                                                          False)
+    else:
+        with pytest.raises(ValueError, match=outcome):
+            model_config(tmp_path)

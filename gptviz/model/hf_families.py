@@ -4,7 +4,9 @@ GPT-2 names. ``gptviz.model.pretrained`` reads the files; this module only knows
 
 Families: ``gpt2``; ``llama`` and ``mistral`` (RMSNorm, rotary, grouped-query attention, SwiGLU); ``qwen2`` (as
 Llama, with q/k/v biases and none on the output projection); ``gpt_neox`` (Pythia: parallel attention and MLP,
-partial rotary, a fused projection laid out head by head).
+partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1: Llama's blocks with GeGLU, its own
+``head_dim``, RMSNorm gains stored as ``w`` and applied as ``1 + w``, and the embedding multiplied by
+√hidden_size, held untied as explained at ``_gemma_convert``).
 """
 from __future__ import annotations
 
@@ -98,6 +100,36 @@ def _llama_config(d: dict, qwen: bool = False) -> ModelConfig:
         init_std=float(d.get("initializer_range", 0.02)))
 
 
+def _gemma_activation(d: dict) -> str:
+    """Gemma's MLP activation, as the ``hidden_act`` name transformers runs. transformers reads ``hidden_act``,
+    where "gelu" stands for its tanh approximation (Gemma's first configs said "gelu" for the approximation they
+    were trained with); transformers 4.38-4.4x read ``hidden_activation`` instead when it is set. Where the two
+    keys name different functions, gptviz refuses rather than pick one."""
+    act = d.get("hidden_act") or "gelu_pytorch_tanh"
+    act = "gelu_pytorch_tanh" if act == "gelu" else act  # the name transformers runs, as hidden_act
+    named = d.get("hidden_activation")
+    if named is not None and _activation(d, "hidden_activation") != _activation({"hidden_act": act}):
+        raise ValueError(f"hidden_act={d.get('hidden_act')!r} and hidden_activation={named!r} name different "
+                         "activations (transformers' versions differ on which one Gemma uses): keep one of them")
+    return act
+
+
+def _gemma_config(d: dict) -> ModelConfig:
+    """Gemma 1 (``model_type`` "gemma"; Gemma 2 and 3 are other model types, which gptviz does not open)."""
+    if d.get("use_bidirectional_attention"):
+        raise ValueError("use_bidirectional_attention=true is not supported: gptviz computes causal attention")
+    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        if d.get(key) is not None:
+            raise ValueError(f"{key} is Gemma 2's, which gptviz does not open: this config says model_type "
+                             "'gemma' (Gemma 1), which has none")
+    if d.get("tie_word_embeddings") is not None and not d["tie_word_embeddings"]:
+        raise ValueError("tie_word_embeddings=false is not supported for gemma: gptviz opens Gemma with its "
+                         "unembedding tied to its embedding table, as every Gemma 1 model is")
+    # head_dim is read, never worked out: Gemma's is its own (256 in the released models, not hidden/heads)
+    d = {**d, "head_dim": int(d["head_dim"]), "hidden_act": _gemma_activation(d), "tie_word_embeddings": False}
+    return _llama_config(d)
+
+
 def _neox_config(d: dict) -> ModelConfig:
     theta, pct = _rope(d)
     attn_bias = bool(d.get("attention_bias", True))
@@ -174,6 +206,37 @@ def _llama_convert(get, c: ModelConfig) -> dict:
     return out
 
 
+def _gemma_shapes(c: ModelConfig) -> dict[str, tuple]:
+    """Llama's tensors without ``lm_head.weight``: Gemma's unembedding is its embedding table."""
+    return {k: v for k, v in _llama_shapes(c).items() if k != "lm_head.weight"}
+
+
+_GEMMA_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")
+
+
+def _gemma_convert(get, c: ModelConfig) -> dict:
+    """Gemma names -> gptviz's, as Llama's, with Gemma's two differences made exact in float32:
+
+    - its RMSNorm multiplies by ``1 + w`` (worked in float32): the stored ``w`` becomes the gain ``1 + w``;
+    - it multiplies the looked-up embeddings by √hidden_size (a float32 scalar here, as transformers makes it for
+      float32 weights) while its unembedding is the unscaled table. gptviz's model holds the two apart: ``wte`` is
+      the table times √hidden_size, so the embedding step is still a plain lookup of the rows the residual stream
+      receives (every value equal to transformers' ``table[x] * √hidden_size``), and ``lm_head`` is the stored
+      table itself; hence ``tie_weights=False`` and one more V × C matrix held in memory."""
+    table = get("model.embed_tokens.weight")
+
+    def read(name: str) -> torch.Tensor:
+        if name == "model.embed_tokens.weight":
+            return table
+        t = get(name)
+        return 1.0 + t if name == "model.norm.weight" or name.endswith(_GEMMA_NORMS) else t
+
+    out = _llama_convert(read, c.replace(tie_weights=True))  # tied here only so it reads no lm_head.weight
+    out["transformer.wte.weight"] = table * torch.tensor(c.n_embd ** 0.5, dtype=table.dtype)
+    out["lm_head.weight"] = table
+    return out
+
+
 def _neox_shapes(c: ModelConfig) -> dict[str, tuple]:
     C, V = c.n_embd, c.vocab_size
     s = {"gpt_neox.embed_in.weight": (V, C), "gpt_neox.final_layer_norm.weight": (C,),
@@ -226,4 +289,5 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(_llama_config, _llama_shapes, _llama_convert),
     "qwen2": Family(lambda d: _llama_config(d, qwen=True), _llama_shapes, _llama_convert),
     "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert),
+    "gemma": Family(_gemma_config, _gemma_shapes, _gemma_convert),
 }

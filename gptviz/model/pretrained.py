@@ -1,4 +1,5 @@
-"""``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX) as a gptviz GPT.
+"""``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX, Gemma 1) as a gptviz
+GPT.
 
 A folder holds ``config.json``, the weights as ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``) and ``tokenizer.json``. Each family (``gptviz.model.hf_families``) maps its config
@@ -15,6 +16,9 @@ Loading is safe and checked before anything big is allocated:
 
 A name that is not a folder is looked up on the Hugging Face hub when ``huggingface_hub`` is installed and the
 hub can be reached; offline, the error says so and what to do instead.
+
+Gemma 1 is exact in float32 but held untied: its embedding table times √hidden_size is ``wte`` (what the residual
+stream receives) and the table itself is ``lm_head`` (``gptviz.model.hf_families._gemma_convert``).
 """
 from __future__ import annotations
 
@@ -171,7 +175,7 @@ def load_folder(folder: Union[str, Path]) -> GPT:
 
 def from_pretrained(path_or_repo_id: Union[str, Path]) -> tuple[GPT, Optional[HFTokenizer]]:
     """``(model, tokenizer)`` for a Hugging Face model folder (or a hub repo id, where there is a network): GPT-2,
-    Llama, Mistral, Qwen2 or GPT-NeoX. The tokenizer is the folder's ``tokenizer.json`` read by ``tokenizers``
+    Llama, Mistral, Qwen2, GPT-NeoX or Gemma 1. The tokenizer is the folder's ``tokenizer.json`` read by ``tokenizers``
     (None if the folder has none). Every failure is a ValueError that says what to change."""
     folder = resolve_folder(path_or_repo_id)
     model = load_folder(folder)

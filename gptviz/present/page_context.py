@@ -360,6 +360,10 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
     # 2. config: on a bad setting, say which and keep the last one that worked
     if entry is not None:
         cfg = entry.model.config
+        if entry.meta.get("family") == "gemma":
+            notes.append(Notice("caption", f"Gemma multiplies each token's embedding by √{cfg.n_embd} before the "
+                                           "first block and unembeds with its table unscaled: here W_E is that table "
+                                           f"times √{cfg.n_embd} and W_U the table itself, so they are shown untied."))
         if tok.vocab_size > cfg.vocab_size:
             notes.append(Notice("error", f"The tokenizer has {tok.vocab_size:,} tokens but the loaded model only "
                                          f"{cfg.vocab_size:,}: choose a tokenizer that fits it."))

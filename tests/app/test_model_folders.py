@@ -1,7 +1,7 @@
 """Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, GPT-NeoX with
-the parallel block and partial rotary), opened as a class would: a link naming a folder of the server's models
-directory (``?model=NAME``), never a path. Each page opens with no exception and draws; the model it shows is the
-folder's, with the folder's own tokenizer."""
+the parallel block and partial rotary, Gemma with multi-query attention and GeGLU), opened as a class would: a
+link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with no
+exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
 import os
 
 import pytest
@@ -9,7 +9,7 @@ from apphelp import PAGES, charts, messages, page
 from hf_models import build
 
 pytest.importorskip("transformers")
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "gpt_neox"]
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "gpt_neox", "gemma"]
 ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
 
 
@@ -33,6 +33,10 @@ def models_dir(tmp_path_factory):
 @pytest.mark.parametrize("name", list(ALL_PAGES))
 def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
     monkeypatch.setitem(PAGES, name, ALL_PAGES[name])
+    if name == "init":  # the page trains fresh models of the folder's shape, 200 steps each (up to a minute a family
+        from gptviz.ui.sections import init  # under load): 5 here, as opening the page is what this test is about
+
+        monkeypatch.setattr(init, "TRAIN_STEPS", 5)
     at = page(name, opening=True, model=family, text="the cat sat on the mat")
     assert not at.exception, [e.message for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -42,6 +46,8 @@ def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
     elif name not in ("training", "weights"):
         assert charts(at), name
     assert at.query_params.get("model") == [family] or at.query_params.get("model") == family
+    if family == "gemma":  # its embedding scale is inside W_E, and the page says so
+        assert any("W_E is that table times √64" in c.value for c in at.caption)
 
 
 def test_a_link_to_a_folder_that_is_not_there_or_a_path_opens_the_default_with_a_notice(models_dir):
