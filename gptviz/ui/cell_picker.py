@@ -67,7 +67,8 @@ def pick_cell(ctx: Ctx, m: Matrix, wkey: str) -> bool:
     st.session_state[kkey] = None if sel is None else sel[1]
     c1, c2 = st.columns(2)
     c1.selectbox("Query (row)", list(range(n)), key=qkey, format_func=name, placeholder="Choose a query…",
-                 on_change=_query_chosen, args=(ctx.s, wkey, m.values, m.kind == "signed"),
+                 on_change=_query_chosen, args=(ctx.s, wkey, np.array(m.values), m.kind == "signed"),  # a copy: the
+                 # session keeps a widget's args, and m.values may be a view of the trace's tensor
                  help="A cell of this long text's map is a pixel: choose its query here (type a position or a "
                       "token to find it). The key stays if it is not after the new query; otherwise "
                       "the query's strongest key is chosen with it.")

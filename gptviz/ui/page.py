@@ -5,6 +5,8 @@ settings becomes a message here, and the page carries on with the last settings 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
@@ -203,8 +205,9 @@ def _view_selectors(ctx: Ctx) -> None:
         s[name] = min(max(0, int(s[name])), n - 1)
     s["head"] = -1 if s["head"] is None or s["head"] < 0 else min(int(s["head"]), ctx.cfg.n_head - 1)
     if B > 1:
-        _w("selectbox", "batch", "Batch row", s, options=list(range(B)),
-           format_func=lambda b: f"{b}: {ctx.tok.decode(ctx.batch.x[b, :ctx.batch.lengths[b]].tolist())[:30]!r}")
+        rows = [f"{b}: {ctx.tok.decode(ctx.batch.x[b, :ctx.batch.lengths[b]].tolist())[:30]!r}" for b in range(B)]
+        # not a closure over ctx: the session keeps a widget's format_func, and ctx holds this run's traces
+        _w("selectbox", "batch", "Batch row", s, options=list(range(B)), format_func=rows.__getitem__)
     _w("selectbox", "layer", "Layer", s, options=list(range(ctx.cfg.n_layer)))
     _w("selectbox", "head", "Head", s, options=[-1, *range(ctx.cfg.n_head)],
        format_func=lambda h: "all heads" if h < 0 else f"head {h}")
@@ -236,7 +239,10 @@ def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
     selection_note(ctx)
     st.sidebar.caption(f"vocab_size = {ctx.cfg.vocab_size:,}, set by the tokenizer · "
                        f"{ctx.cfg.num_params():,} parameters")
-    st.sidebar.download_button("⬇ This view as a notebook", data=lambda: notebook_bytes(ctx),
+    # the notebook reads no trace: Streamlit keeps this callable after the run, so it gets a copy of ctx without
+    # this run's traces (ctx itself would keep them alive as long as the session, past the trace cache's bound)
+    view = dataclasses.replace(ctx, _traces={})
+    st.sidebar.download_button("⬇ This view as a notebook", data=lambda: notebook_bytes(view),
                                file_name="gptviz-view.ipynb", mime="application/x-ipynb+json", on_click="ignore",
                                width="stretch", help="A Jupyter notebook that rebuilds this model, text, edits and "
                                                      "the attention pattern in view with gptviz's own API.")

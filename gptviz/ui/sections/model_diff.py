@@ -235,9 +235,9 @@ def diff(ctx, *, key: str = "cmp", hook: Optional[str] = None) -> None:
     names = list(c.tr_a)
     default = (hook or act_name("pattern", ctx.layer)).replace("{layer}", str(ctx.layer))
     if hook is None:
+        shown = {n: f"{i + 1}/{len(names)} · {step_info(c.tr_a, n).title} · {n}" for i, n in enumerate(names)}
         name = st.selectbox("Step", names, index=names.index(default) if default in names else 0, key=f"{key}.step",
-                            format_func=lambda n: f"{names.index(n) + 1}/{len(names)} · {step_info(c.tr_a, n).title}"
-                                                  f" · {n}")
+                            format_func=shown.__getitem__)  # not a closure over c: the session keeps format_func
     elif default in names:
         name = default
     else:

@@ -108,15 +108,16 @@ def summary(ctx, key: str) -> tuple[Optional[NeuronStats], str]:
                  f"({st_.meta.get('seconds', 0):.1f} s, once for this model)")
 
 
-def _set_layer(ctx, key: str) -> None:
-    ctx.s["layer"] = int(st.session_state[f"{key}.layer"])
+# The callbacks get the settings (ctx.s), not ctx: the session keeps a widget's args, and ctx holds this run's traces.
+def _set_layer(s: dict, key: str) -> None:
+    s["layer"] = int(st.session_state[f"{key}.layer"])
 
 
-def _pick_ranked(ctx, key: str) -> None:
+def _pick_ranked(s: dict, key: str) -> None:
     choice = st.session_state.get(f"{key}.ranked")
     if choice:
         layer, n = (int(v) for v in choice.split(":")[:2])
-        ctx.s["layer"] = layer
+        s["layer"] = layer
         st.session_state[f"{key}.layer"] = layer
         st.session_state[f"{key}.n"] = n
     st.session_state[f"{key}.ranked"] = None
@@ -135,13 +136,13 @@ def choose(ctx, key: str) -> tuple[int, int, int]:
         st.session_state[f"{key}.n"] = mine[0][1]
     st.session_state[f"{key}.layer"] = ctx.layer
     layer = c1.selectbox("Layer", list(range(cfg.n_layer)), key=f"{key}.layer", on_change=_set_layer,
-                         args=(ctx, key))
+                         args=(ctx.s, key))
     st.session_state[f"{key}.n"] = min(max(0, int(st.session_state[f"{key}.n"])), cfg.d_mlp - 1)
     n = c2.number_input(f"Neuron (0–{cfg.d_mlp - 1})", min_value=0, max_value=cfg.d_mlp - 1, step=1,
                         key=f"{key}.n")
     opts = [f"{lay}:{nn}:{v:+.3f}" for lay, nn, v in ranked]
     c3.selectbox(f"Most active neurons at position {pos} (every layer)", opts, index=None, key=f"{key}.ranked",
-                 placeholder="pick one to show it…", on_change=_pick_ranked, args=(ctx, key),
+                 placeholder="pick one to show it…", on_change=_pick_ranked, args=(ctx.s, key),
                  format_func=lambda o: "L{} N{}  (activation {})".format(*o.split(":")))
     return int(layer), int(n), int(pos)
 

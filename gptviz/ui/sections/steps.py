@@ -92,8 +92,9 @@ def walk(ctx, *, key: str = "step") -> None:
     st.session_state[jump_key] = s["step"]
     c1, c2, c3 = st.columns([1, 4, 1])
     c1.button("◀ Previous", on_click=go, args=(-1,), disabled=s["step"] == 0, width="stretch", key=f"{key}.prev")
+    shown = [f"{i + 1}/{len(names)} · {step_info(tr, n).title} · {n}" for i, n in enumerate(names)]
     c2.selectbox("Step", list(range(len(names))), key=jump_key, on_change=jump, label_visibility="collapsed",
-                 format_func=lambda i: f"{i + 1}/{len(names)} · {step_info(tr, names[i]).title} · {names[i]}")
+                 format_func=shown.__getitem__)  # not a closure over tr: the session keeps a widget's format_func
     c3.button("Next ▶", on_click=go, args=(1,), disabled=s["step"] == len(names) - 1, width="stretch",
               key=f"{key}.next")
 

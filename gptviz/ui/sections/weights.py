@@ -165,7 +165,10 @@ def _gpt2_from_hub(transformers):
 def download(ctx, *, key: str = "wt") -> None:
     """The model shown as a .safetensors file (built on click) and its config as JSON."""
     c1, c2 = st.columns(2)
-    c1.download_button("⬇ This model (.safetensors)", data=lambda: checkpoint_bytes(ctx.model, ctx.tok),
+    # not a closure over ctx (Streamlit keeps the callable after the run, and ctx holds this run's traces)
+    get_model, cfg_json, model_key, tok = ctx.store.get_model, ctx.cfg_json, ctx.model_key, ctx.tok
+    c1.download_button("⬇ This model (.safetensors)",
+                       data=lambda: checkpoint_bytes(get_model(cfg_json, model_key), tok),
                        file_name="gptviz-model.safetensors", mime="application/octet-stream", on_click="ignore")
     c2.download_button("⬇ Config (JSON)", ctx.cfg.to_json(), file_name="gptviz-config.json", mime="application/json",
                        on_click="ignore")
