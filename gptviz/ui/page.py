@@ -201,9 +201,12 @@ def _view_settings(s: dict) -> None:
 def _view_selectors(ctx: Ctx) -> None:
     s = ctx.s
     B = ctx.batch.x.shape[0]
-    for name, n in (("batch", B), ("layer", ctx.cfg.n_layer)):
-        s[name] = min(max(0, int(s[name])), n - 1)
-    s["head"] = -1 if s["head"] is None or s["head"] < 0 else min(int(s["head"]), ctx.cfg.n_head - 1)
+    for name, n in (("batch", B), ("layer", ctx.cfg.n_layer), ("head", ctx.cfg.n_head)):
+        try:
+            v = int(s[name]) if s[name] is not None else -1
+        except (TypeError, ValueError):  # a widget label this run does not offer (a stale one, or a hostile client's)
+            v = -1 if name == "head" else 0
+        s[name] = -1 if name == "head" and v < 0 else min(max(0, v), n - 1)
     if B > 1:
         rows = [f"{b}: {ctx.tok.decode(ctx.batch.x[b, :ctx.batch.lengths[b]].tolist())[:30]!r}" for b in range(B)]
         # not a closure over ctx: the session keeps a widget's format_func, and ctx holds this run's traces

@@ -174,3 +174,19 @@ def test_reloading_a_hostile_link_works_every_time():
         assert not at.exception, [e.message for e in at.exception]
         assert "`merges`" in messages(at) and "`seed`" in messages(at)
         assert len(at.get("plotly_chart")) >= 1
+
+
+@pytest.mark.parametrize("field,stale", [("batch", "0: 'the cat sat on an old line'"), ("head", "head 3 of old"),
+                                         ("layer", None)])
+def test_a_stale_widget_label_in_the_settings_is_clamped_not_a_traceback(field, stale):
+    """A client can send back a selectbox label this run no longer offers (the batch rows' labels change with the
+    text): the setting becomes the first row (all heads, layer 0), on this run and every later one."""
+    at = page("attention", text="the cat sat\non the mat\nand ran")
+    assert not at.exception
+    at.session_state["gptviz.settings"][field] = stale
+    at = at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    s = at.session_state["gptviz.settings"]
+    assert s[field] == (-1 if field == "head" else 0)
+    at = at.run()
+    assert not at.exception

@@ -177,3 +177,4 @@ def test_integrated_gradients_page_in_a_fresh_process():
     assert got["made"] >= len(TEXTS)
     assert got["stale_main_modules"] == [], "an earlier run's page module (and its ctx) is kept alive"
     assert got["left"] == 0
+
