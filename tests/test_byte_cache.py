@@ -61,3 +61,35 @@ def test_a_failed_computation_is_not_kept_and_the_next_caller_tries_again():
     except RuntimeError:
         pass
     assert cache.get_or_compute("k", lambda: "ok") == "ok"
+
+
+def test_a_value_that_grew_is_counted_again_when_next_used():
+    """A value may grow after it is stored (a slim trace keeps what it worked out): its next use counts it anew, and
+    the least recently used others give way; a value grown past the whole budget alone stays (it is in use)."""
+    cache = ByteLRU(100, "t", size_of=len)
+    cache.put("a", [0] * 30)
+    cache.put("b", [0] * 30)
+    grown = cache.get("b")
+    grown.extend([0] * 50)  # b is now 80
+    assert cache.total == 60  # not seen yet
+    assert cache.get("b") is grown and cache.total == 80 and cache.keys() == ["b"]  # a (30) gave way
+    grown.extend([0] * 40)
+    assert cache.get_or_compute("b", lambda: None) is grown and cache.total == 120 and cache.keys() == ["b"]
+
+
+def test_a_slim_traces_worked_out_steps_are_counted():
+    """On a slim trace, reading a worked-out step (here the (B, T, vocab) probabilities) keeps it in the trace's
+    memo; the cache counts those bytes the next time the trace is used."""
+    import torch
+
+    from gptviz import GPT, ModelConfig, trace
+
+    cfg = ModelConfig(vocab_size=500, block_size=64, n_layer=1, n_head=2, n_embd=16)
+    idx = torch.randint(0, 500, (1, 64), generator=torch.Generator().manual_seed(0))
+    y = torch.roll(idx, -1, 1)
+    tr = trace(GPT(cfg), idx, targets=y, slim=True).numpy().freeze()
+    cache = ByteLRU(10**9, "t")
+    cache.put("k", tr)
+    before = cache.total
+    probs = tr["hook_probs"]
+    assert cache.get("k") is tr and cache.total == before + probs.nbytes == nbytes(tr)

@@ -67,8 +67,22 @@ class ByteLRU:
         with self._lock:
             if key not in self._items:
                 return default
-            self._items.move_to_end(key)
-            return self._items[key][0]
+            return self._hit(key)
+
+    def _hit(self, key: Hashable) -> Any:
+        """The entry, made the most recently used and measured again (under the lock): a value may have grown since
+        it was stored (a slim trace keeps the last few steps it worked out, ``Trace._memo``), and the others give way
+        to it as they would to a new one."""
+        self._items.move_to_end(key)
+        value, size = self._items[key]
+        now = int(self.size_of(value))
+        if now != size:
+            self._items[key] = (value, now)
+            self._total += now - size
+            while len(self._items) > 1 and self._total > self.budget:
+                _, (_, old) = self._items.popitem(last=False)
+                self._total -= old
+        return value
 
     def put(self, key: Hashable, value: Any) -> bool:
         """Store ``value``; False (and nothing stored or evicted) when it alone is over the budget."""
@@ -89,8 +103,7 @@ class ByteLRU:
         while True:
             with self._lock:
                 if key in self._items:
-                    self._items.move_to_end(key)
-                    return self._items[key][0]
+                    return self._hit(key)
                 event = self._building.get(key)
                 if event is None:
                     event = self._building[key] = threading.Event()
