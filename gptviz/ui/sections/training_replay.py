@@ -68,8 +68,9 @@ def _show_replay(ctx, key: str, run: dict) -> None:
     tr = trace(snap_model, torch.tensor([ids])).numpy()
     mk = matrices.masked_cells(tr, 0)
     default = act_name("pattern", L)
+    shown = {n: f"{step_info(tr, n).title} · {n}" for n in tr}  # not a closure over tr: the session keeps format_func
     name = st.selectbox("Step to replay", list(tr), index=list(tr).index(default), key=f"{key}.replay.step",
-                        format_func=lambda n: f"{step_info(tr, n).title} · {n}")
+                        format_func=shown.__getitem__)
     info = step_info(tr, name)
     m = matrices.step_matrix(tr[name], info, labels, 0, H if "head" in info.axes else None, masked=mk)
     who = f"head {H} · " if "head" in info.axes else ""
