@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from apphelp import array as arr
 
-from gptviz import GPT, ModelConfig, trace
+from gptviz import GPT, ModelConfig, get_tokenizer, trace
 from gptviz.config import MAX_PARAMS, MAX_TRACE_BYTES, preset
 from gptviz.interp.head_detector import head_scores, target_cells
 from gptviz.present import figures
@@ -21,6 +21,7 @@ from gptviz.present.figures.heatmaps import BIG_CELLS, TILE_CELLS
 from gptviz.present.matrices import step_matrix, top_predictions
 from gptviz.present.page_context import BIG_MODEL_T, big_model_t, defaults, resolve, slim_view, trace_for_view
 from gptviz.present.report_store import Store
+from gptviz.present.url_params import MAX_LINE_CHARS
 from gptviz.run import edits as edit_specs
 from gptviz.run.byte_cache import nbytes
 from gptviz.run.step_meta import step_meta
@@ -82,6 +83,16 @@ def test_a_qwen_sized_shape_is_admitted_without_allocating_it():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: no weights were built
 
 
+PARAGRAPH = " ".join([
+    "Interpretability researchers often examine how individual attention heads distribute their weights across "
+    "long contexts, particularly when a model must retrieve information introduced several hundred tokens earlier.",
+    "Induction heads, previous-token heads and duplicate-token detectors each leave characteristic signatures in "
+    "these patterns, which become clearer as the surrounding paragraph grows longer and more varied.",
+    "Consequently, experiments typically feed complete paragraphs, sometimes entire documents, rather than isolated "
+    "sentences, and compare the resulting heatmaps layer by layer.",
+] * 6)
+
+
 def test_a_512_token_line_is_read_whole_for_gpt2_small():
     """resolve() (settings → the page's batch) keeps 512 GPT-2 tokens of one line for the 124M shape (it used to cut
     at 64), and cuts a longer line there; nothing is built."""
@@ -94,6 +105,12 @@ def test_a_512_token_line_is_read_whole_for_gpt2_small():
     assert ctx.batch.x.shape == (1, 512)
     assert not [n for n in notes if n.level == "error"]
     assert any("cut to 512 tokens" in n.text for n in notes)
+    # a researcher's paragraph: 512 tokens of academic English take over 3,000 characters, and are read whole
+    s["text"] = PARAGRAPH
+    assert 3072 < len(PARAGRAPH) <= MAX_LINE_CHARS
+    ctx, notes = resolve(s, Store())
+    assert ctx.batch.x.shape == (1, 512) and not [n for n in notes if "characters" in n.text]
+    assert ctx.batch.x[0].tolist() == get_tokenizer("gpt2").encode(PARAGRAPH)[:512]
     # 16 such lines would need about 16 × 0.7 GB: refused before anything is built, the first line shown instead
     s["text"] = "\n".join(["a cat sat. " * 300] * 16)
     ctx, notes = resolve(s, Store())

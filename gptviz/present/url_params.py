@@ -24,9 +24,10 @@ from .page_context import CKPT_PREFIX, CONFIG_FIELDS, FOLDER_PREFIX, URL_FIELDS,
 PAGE_PARAMS = ("present", "lesson", "lstep", "class", "teach", "me")  # the last three: a live class
 MODEL_PARAM = "model"  # ?model=NAME: a model folder in the server's models directory (the preset "folder: NAME")
 
-# The text a link can carry. A line of MAX_LINE_CHARS characters fills the largest context the sidebar allows
-# (block_size 2048) even with one character per token; the whole text is at most MAX_TEXT_CHARS characters.
-MAX_LINE_CHARS = 2048
+# The text a link can carry: at most MAX_TEXT_CHARS characters, and one line may be all of it. A line of
+# MAX_LINE_CHARS characters fills the largest context the sidebar allows (block_size 2048) even with one character
+# per token, and holds a researcher's paragraph of 512 GPT-2 tokens (academic English takes 6-7 characters a token).
+MAX_LINE_CHARS = 4096
 MAX_TEXT_CHARS = 4096
 MAX_NUMBER_CHARS = 64  # a number written with more characters than this is not read at all
 SHOWN_CHARS = 40  # how much of a bad value a notice repeats
@@ -159,8 +160,9 @@ def _cut_text(field: str, raw: str) -> tuple[str, Optional[str]]:
         text = text[:MAX_TEXT_CHARS]
     if not cut:
         return raw, None
-    return text, f"`{field}`: gptviz reads at most {MAX_TEXT_CHARS:,} characters of text, {MAX_LINE_CHARS:,} per " \
-                 f"line, so {' and '.join(cut)}."
+    per_line = f", {MAX_LINE_CHARS:,} per line" if MAX_LINE_CHARS < MAX_TEXT_CHARS else ""
+    return text, f"`{field}`: gptviz reads at most {MAX_TEXT_CHARS:,} characters of text{per_line}, so " \
+                 f"{' and '.join(cut)}."
 
 
 def typed_text(field: str, raw: Any) -> tuple[str, Optional[Notice]]:

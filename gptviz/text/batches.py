@@ -108,6 +108,22 @@ READ_OTHER_SCRIPTS = ("To read another script (Chinese, say), pick a byte-level 
                       "o200k_base) for the configurable model, or a model that uses one")
 
 
+def _encode_line(tokenizer, text: str, block_size: int | None) -> tuple[list[int], bool]:
+    """(token ids, whether the whole line was encoded). A line far longer than the context is not encoded whole:
+    its first 4 × block_size + 64 characters are, then twice as many, until they give more tokens than the context
+    holds (a token may be many characters: 512 GPT-2 tokens of academic English take about 3,400), so every token
+    that fits is the whole line's own."""
+    if block_size is None:
+        return tokenizer.encode(text), True
+    limit = 4 * block_size + 64
+    while len(text) > limit:
+        ids = tokenizer.encode(text[:limit])
+        if len(ids) > block_size + 1:  # the cut is past the context (and past the token it may have split)
+            return ids, False
+        limit *= 2
+    return tokenizer.encode(text), True
+
+
 def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None = None,
                  max_lines: int = MAX_LINES) -> Batch:
     """Encode each line of text as one row of a batch (see ``pad_batch``), with notices for the user.
@@ -124,17 +140,17 @@ def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None =
     if len(texts) > max_lines:
         notices.append(f"The text has {len(texts)} lines; only the first {max_lines} are used as the batch.")
         texts = texts[:max_lines]
-    if block_size is not None:
-        limit = 4 * block_size + 64
-        cut = set()
-        for i, t in enumerate(texts):
-            if len(t) > limit:
-                notices.append(
-                    f"Line {i + 1} has {len(t):,} characters, far more than the model's context "
-                    f"(block_size={block_size}) can hold: it was cut to its first {block_size} tokens."
-                )
-                texts[i] = t[:limit]
-                cut.add(i)
+    cut = set()
+    seqs = []
+    for i, t in enumerate(texts):
+        ids, whole = _encode_line(tokenizer, t, block_size)
+        seqs.append(ids)
+        if not whole:
+            notices.append(
+                f"Line {i + 1} has {len(t):,} characters, far more than the model's context "
+                f"(block_size={block_size}) can hold: it was cut to its first {block_size} tokens."
+            )
+            cut.add(i)
     unknown_of = getattr(tokenizer, "unknown_chars", None)
     if unknown_of is not None:
         unknown: dict[str, None] = {}
@@ -143,7 +159,6 @@ def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None =
         if unknown:
             shown = " ".join(repr(c) for c in list(unknown)[:12]) + (" …" if len(unknown) > 12 else "")
             notices.append(f"Not in this tokenizer's vocabulary, so left out: {shown}. {READ_OTHER_SCRIPTS}.")
-    seqs = [tokenizer.encode(t) for t in texts]
     if all(len(s) == 0 for s in seqs):
         raise ValueError("none of the text's characters are in the tokenizer's vocabulary. " + READ_OTHER_SCRIPTS)
     batch = pad_batch(seqs, tokenizer.eot_id, block_size, frozenset(cut) if block_size is not None else frozenset())

@@ -22,7 +22,7 @@ from tools.bench.report import exit_status, failed, table
 from tools.bench.training import bench_training
 
 PARTS = "trace,pages,memory,training,browser"  # the default; "class" (5-15 minutes) runs only when named in --only
-ALL_PARTS = PARTS + ",class,long,live"  # "long": every page at T = 512 (tools/bench/long_texts.py), 10-30 minutes
+ALL_PARTS = PARTS + ",class,long,live"  # "long": every page at T = 512 (tools/bench/long_texts.py), about 15 minutes
 # "live": a live class of 60 on 2 replicas + Redis + HAProxy (tools/bench/live_class.py), about 2.5 minutes
 
 
@@ -34,7 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"comma-separated parts to run, of {ALL_PARTS} (default: {PARTS}; the class part, "
                         "simulated students against a server started here, takes 5-15 minutes and runs only when "
                         "asked for: --only class; so does long, every page at T = 512 for GPT-2 small and a "
-                        "SmolLM2-135M shape, 10-30 minutes: --only long)")
+                        "SmolLM2-135M shape, p95 of 20, about 15 minutes: --only long)")
     p.add_argument("--browser-only", action="store_true", help="only the browser rows")
     p.add_argument("--no-browser", action="store_true", help="everything but the browser rows")
     p.add_argument("--json", help="also write the rows as JSON here")

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from gptviz.paths import ROOT
+from gptviz.present.url_params import MAX_LINE_CHARS
 from tools.bench.models import fresh_words
 from tools.bench.report import BenchFailure, failed, mib, row, spread, table
 
@@ -38,7 +39,7 @@ SMOL_NAME = "SmolLM2-135M-shape"
 SMOL_CONFIG = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                    num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True,
                    rms_norm_eps=1e-5, max_position_embeddings=8192, hidden_act="silu")
-# Short words, so that 512 GPT-2 tokens fit in a line of 2,048 characters (the app's line limit); varied, so that a
+# Short words, so that 512 GPT-2 tokens fit well within a line (the app's limit is MAX_LINE_CHARS); varied, so that a
 # text is not one phrase repeated.
 STORY = ("a cat and a dog sat by the old red door. the cat ran to the sea, and the dog ran to the hill. "
          "then a bird came down from a tree and sang a song for them all. it was a good day, so they sat in the sun "
@@ -116,8 +117,8 @@ def expected(which: str, models_dir: Path) -> dict:
     story = STORY * 8
     text_for = (lambda w: cut_to(tok, f"{w} {story}", T_LONG))
     first = text_for("start")
-    if len(first) > 2048:
-        raise BenchFailure(f"{T_LONG} tokens took {len(first)} characters, over the app's 2,048 a line")
+    if len(first) > MAX_LINE_CHARS:
+        raise BenchFailure(f"{T_LONG} tokens took {len(first)} characters, over the app's {MAX_LINE_CHARS:,} a line")
     return {"cfg": cfg, "label": label, "query": dict(query, text=first), "text_for": text_for,
             "tokenizer": "gpt2" if which == "gpt2" else "its own BPE (2,000)"}
 
@@ -125,9 +126,8 @@ def expected(which: str, models_dir: Path) -> dict:
 def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] | None = None) -> list[dict]:
     """One row per page: the time of ``reps`` text changes (each a new text of exactly T_LONG tokens).
 
-    Memory: in AppTest every text change's trace stayed alive (found on the code before issue 21's changes too; not
-    when resources.traced is called alone), so Backward on the SmolLM2 shape (2.2 GB a trace) takes about 2.3 GB a
-    rerun: keep ``reps`` under 8 there on a 24 GB machine (20 were killed at 24 GB)."""
+    Memory: the process's resident memory peaked at 9.4 GB over both models' 20 text changes a page (2026-11-25); an
+    earlier run (before that day's fixes to what a session keeps, with every layer's gradients) was killed at 24 GB."""
     from streamlit import config
     from streamlit.testing.v1 import AppTest
 
@@ -253,7 +253,7 @@ def bench_long(quick: bool, reps: int | None = None, models: tuple[str, ...] = (
     models_dir = Path(models_dir or os.environ.get("GPTVIZ_BENCH_MODELS", "/tmp/gptviz-bench-models"))
     models_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GPTVIZ_MODELS_DIR"] = str(models_dir)  # the app finds the model folder here (?model=NAME)
-    reps = reps or (2 if quick else 3)  # not more on a 24 GB machine: see bench_long_pages
+    reps = reps or (2 if quick else 20)  # p95 of 20: about 15 minutes for both models
     rows = []
     for which in models:
         rows += bench_long_memory(which, models_dir)
@@ -263,7 +263,7 @@ def bench_long(quick: bool, reps: int | None = None, models: tuple[str, ...] = (
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench.long_texts", description=__doc__.split("\n")[0])
-    p.add_argument("--reps", type=int, default=3, help="text changes per page (p95 from 20 on, else the max)")
+    p.add_argument("--reps", type=int, default=20, help="text changes per page (p95 from 20 on, else the max)")
     p.add_argument("--models", default="gpt2,smol", help="gpt2, smol or both")
     p.add_argument("--pages", default="", help="page files' stems, comma-separated (default: every page)")
     p.add_argument("--models-dir", default=None, help="where the SmolLM2-shaped folder is built (once)")
