@@ -22,15 +22,19 @@ if seq2seq:
                "**Cross-attention**: each decoder position looks at every encoder position (T × S): keys and values "
                "come from the encoder output, no causal mask, only the source's padding is grey.")
 
-left, right = st.columns([3, 2])
-with left:
+if not seq2seq and ctx.cfg.n_head >= sec.WIDE_GRID_HEADS:  # many heads: the pattern, then the grid, each page-wide
     sec.pattern(ctx, key="top", kind=kind)
-with right:
-    if seq2seq:
-        st.markdown("**Where each decoder position looks most** (head " + str(ctx.head or 0) + ")")
-        sec.where_it_looks(ctx, key="where", kind=kind)
-    else:
-        sec.head_detector_grid(ctx, key="det")
+    sec.head_detector_grid(ctx, key="det", cells_px=700)
+else:
+    left, right = st.columns([3, 2])
+    with left:
+        sec.pattern(ctx, key="top", kind=kind)
+    with right:
+        if seq2seq:
+            st.markdown("**Where each decoder position looks most** (head " + str(ctx.head or 0) + ")")
+            sec.where_it_looks(ctx, key="where", kind=kind)
+        else:
+            sec.head_detector_grid(ctx, key="det")
 
 st.header("Step by step" + (f": {sec.KINDS[kind].lower()}" if seq2seq else ""))
 sec.steps(ctx, key="s", kind=kind)

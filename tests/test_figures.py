@@ -264,6 +264,11 @@ def test_head_grid_words_fit_their_cells():
     assert wide.data[0].text[0][0] == "ind<br>0.00"  # 12 heads: the short form
     assert 9 <= wide.data[0].textfont.size <= 14
     assert "induction" in wide.data[1].text[0]  # the tooltip keeps the whole word
+    # across the page (GPT-2's 12 heads get the page's width on Attention): the short forms at the full 14 px
+    across = figures.head_grid(np.zeros((2, 12)), np.full((2, 12), "induction"), "grid", cells_px=700)
+    assert across.data[0].text[0][0] == "ind<br>0.00" and across.data[0].textfont.size == 14
+    narrow = figures.head_grid(np.zeros((2, 12)), np.full((2, 12), "induction"), "grid", cells_px=190)
+    assert narrow.data[0].textfont.size == 9  # 190 px would need 6 px letters: the floor, hence the page-wide grid
 
 
 def test_grouped_query_keys_are_shown_for_the_query_head_that_reads_them():

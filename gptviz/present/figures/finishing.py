@@ -104,7 +104,8 @@ def finish_spec(spec: dict, plot_width: int = 700) -> dict | None:
     bars = [t for t in data if t.get("type") == "heatmap" and t.get("showscale") is not False]
     if bars:
         tick = max(float(((t.get("colorbar") or {}).get("tickfont") or {}).get("size") or base) for t in bars)
-        need["r"] = max(need["r"], 30 + 12 + text_px("-0.000", tick) + 16)
+        if any((t.get("colorbar") or {}).get("orientation") != "h" for t in bars):  # a bar beside the plot
+            need["r"] = max(need["r"], 30 + 12 + text_px("-0.000", tick) + 16)
     margin = {k: int(math.ceil(max(float(m.get(k, 0) or 0), v))) for k, v in need.items()}
     margin.update({k: v for k, v in m.items() if k not in ("l", "r", "t", "b", "autoexpand")})
     margin["autoexpand"] = False

@@ -139,7 +139,10 @@ def big_heatmap(m: Matrix, title: str = "", colorbar_title: str = "", height: Op
     ys = unique_labels(m.hover_rows or m.rows)
     h = height or _height(nr)
     main = dict(type="heatmap", z=shown, x=xs, y=ys, hoverongaps=False,
-                colorbar=dict(title=dict(text=colorbar_title), tickfont=TICK_FONT, thickness=14),
+                # the colour bar lies above the map, under the title: beside it, it would take a third of a narrow
+                # column's width from a map whose cells are already a pixel
+                colorbar=dict(title=dict(text=colorbar_title, side="right"), tickfont=TICK_FONT, thickness=10,
+                              orientation="h", x=0.5, xanchor="center", len=0.9, y=1.01, yanchor="bottom"),
                 hovertemplate=f"{m.row_title or 'row'} %{{y}}<br>{m.col_title or 'column'} %{{x}}<br>"
                               f"value %{{z:.4g}}<extra></extra>",
                 **color_args(m.kind, np.where(masked, np.nan, z)))
@@ -151,6 +154,7 @@ def big_heatmap(m: Matrix, title: str = "", colorbar_title: str = "", height: Op
                          yaxis=axis(m.row_title, reverse=True, type="category", tickmode="auto",
                                     nticks=labels_that_fit(h - 150), tickfont=TICK_FONT))
     layout["plot_bgcolor"] = MASK_COLOR  # the empty (masked) cells show the plot's grey
+    layout["margin"] = dict(layout["margin"], t=110)  # the title, then the colour bar
     shapes = outline_shapes(nr, nc, highlight_row, highlight_col)
     if shapes:
         layout["shapes"] = shapes
@@ -285,21 +289,22 @@ HEAD_SHORT = {"previous": "prev", "induction": "ind", "duplicate": "dup", "first
 
 
 def head_grid(best: np.ndarray, labels: np.ndarray, title: str = "", hover: Optional[np.ndarray] = None,
-              height: Optional[int] = None) -> go.Figure:
+              height: Optional[int] = None, cells_px: int = 300) -> go.Figure:
     """Layer × head: each cell coloured by its best score (0..1) and labelled with that kind of head.
 
-    best, labels: (n_layer, n_head); ``hover`` (n_layer, n_head) strings with every score, for the tooltip.
+    best, labels: (n_layer, n_head); ``hover`` (n_layer, n_head) strings with every score, for the tooltip;
+    ``cells_px``: about how wide the cells are drawn, together (300 in two fifths of a page).
     """
     best = np.asarray(best, dtype=float)
     L, H = best.shape
-    # The grid usually sits in half a page (about 300 px of cells): the words shrink to fit their cell,
-    # and become short forms when even 11 px would not fit. Every cell prints its score, so no colour bar.
+    # The words shrink to fit their cell, and become short forms when even 11 px would not fit. Every cell prints
+    # its score, so no colour bar.
     words = [[str(labels[l, h]) for h in range(H)] for l in range(L)]
     longest = max((len(w) for row in words for w in row), default=1)
-    size = int(min(14, 300 / H / (CHAR_EM * max(longest, 4))))
+    size = int(min(14, cells_px / H / (CHAR_EM * max(longest, 4))))
     if size < 11:
         words = [[HEAD_SHORT.get(w, w[:4]) for w in row] for row in words]
-        size = int(max(9, min(14, 300 / H / (CHAR_EM * 4))))
+        size = int(max(9, min(14, cells_px / H / (CHAR_EM * 4))))
     text = [[f"{words[l][h]}<br>{best[l, h]:.2f}" for h in range(H)] for l in range(L)]
     xs, ys = [f"H{h}" for h in range(H)], [f"L{l}" for l in range(L)]
     main = dict(type="heatmap", z=best, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=size),

@@ -312,15 +312,19 @@ def _picked(s: dict, key: str, n_head: int) -> None:
     _open_head(s, i // n_head, i % n_head)
 
 
+WIDE_GRID_HEADS = 9  # from this many heads a layer, the grid takes the page's width (its words need the room)
+
+
 @section("attention.head_detector")
-def head_detector_grid(ctx, *, key: str = "det") -> None:
-    """Layer × head grid of the head detector's best label and score; clicking a head opens it."""
+def head_detector_grid(ctx, *, key: str = "det", cells_px: int = 300) -> None:
+    """Layer × head grid of the head detector's best label and score; clicking a head opens it. ``cells_px``: about
+    how wide its cells are drawn (300 in two fifths of a page, 700 across it)."""
     scores = detector_scores(ctx)
     best_kind, best = head_detector.best_labels(scores)
     L, H = best.shape
     hover = np.array([["<br>".join(f"{k}: {scores[k][l, h]:.2f}" for k in scores) for h in range(H)] for l in range(L)],
                      dtype=object)
-    fig = figures.head_grid(best, best_kind, "What each head does", hover)
+    fig = figures.head_grid(best, best_kind, "What each head does", hover, cells_px=cells_px)
     ev = plot(ctx, fig, key=key, on_select="rerun", selection_mode="points")
     pts = (ev or {}).get("selection", {}).get("points", []) if ev else []
     clicked = (int(str(pts[0]["y"]).lstrip("L")), int(str(pts[0]["x"]).lstrip("H"))) if pts else None
