@@ -11,7 +11,7 @@ partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1: L
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -30,6 +30,7 @@ class Family:
     config: Callable[[dict], ModelConfig]
     shapes: Callable[[ModelConfig], dict[str, tuple]]  # the Hugging Face tensor names and shapes it needs
     convert: Callable[[Callable[[str], torch.Tensor], ModelConfig], dict]  # (tensor by its HF name) -> gptviz dict
+    note: Optional[Callable[[ModelConfig], str]] = None  # what a reader must know of how gptviz holds this family
 
 
 # --------------------------------------------------------------------------- reading config.json
@@ -289,5 +290,7 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(_llama_config, _llama_shapes, _llama_convert),
     "qwen2": Family(lambda d: _llama_config(d, qwen=True), _llama_shapes, _llama_convert),
     "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert),
-    "gemma": Family(_gemma_config, _gemma_shapes, _gemma_convert),
+    "gemma": Family(_gemma_config, _gemma_shapes, _gemma_convert, lambda c: (
+        f"Gemma multiplies each token's embedding by √{c.n_embd} before the first block and unembeds with its table "
+        f"unscaled: here W_E is that table times √{c.n_embd} and W_U the table itself, so they are shown untied.")),
 }

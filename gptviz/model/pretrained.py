@@ -170,6 +170,7 @@ def load_folder(folder: Union[str, Path]) -> GPT:
     sd = fam.convert(get, cfg)
     model = GPT(cfg)
     load_state(model, sd)
+    model.family_note = fam.note(cfg) if fam.note else None  # set before the model is shared, never after
     return model
 
 

@@ -249,6 +249,11 @@ class Ctx:
                 self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(None), grads, *source, **scope)
         return self._traces[grads]
 
+    def without_traces(self) -> "Ctx":
+        """A copy holding none of this run's traces, for what Streamlit keeps after a run (a download's callable, a
+        widget's callback args): the copy traces again, through the cache, if it is asked for one."""
+        return dataclasses.replace(self, _traces={})
+
     @property
     def grad_layer(self) -> Optional[int]:
         """The one layer whose steps a trace with gradients keeps (the layer in view), for a long text on a big
@@ -360,10 +365,8 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
     # 2. config: on a bad setting, say which and keep the last one that worked
     if entry is not None:
         cfg = entry.model.config
-        if entry.meta.get("family") == "gemma":
-            notes.append(Notice("caption", f"Gemma multiplies each token's embedding by √{cfg.n_embd} before the "
-                                           "first block and unembeds with its table unscaled: here W_E is that table "
-                                           f"times √{cfg.n_embd} and W_U the table itself, so they are shown untied."))
+        if getattr(entry.model, "family_note", None):  # how gptviz holds a folder's family (hf_families.Family.note)
+            notes.append(Notice("caption", entry.model.family_note))
         if tok.vocab_size > cfg.vocab_size:
             notes.append(Notice("error", f"The tokenizer has {tok.vocab_size:,} tokens but the loaded model only "
                                          f"{cfg.vocab_size:,}: choose a tokenizer that fits it."))

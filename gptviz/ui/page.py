@@ -5,8 +5,6 @@ settings becomes a message here, and the page carries on with the last settings 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
@@ -244,7 +242,7 @@ def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
                        f"{ctx.cfg.num_params():,} parameters")
     # the notebook reads no trace: Streamlit keeps this callable after the run, so it gets a copy of ctx without
     # this run's traces (ctx itself would keep them alive as long as the session, past the trace cache's bound)
-    view = dataclasses.replace(ctx, _traces={})
+    view = ctx.without_traces()
     st.sidebar.download_button("⬇ This view as a notebook", data=lambda: notebook_bytes(view),
                                file_name="gptviz-view.ipynb", mime="application/x-ipynb+json", on_click="ignore",
                                width="stretch", help="A Jupyter notebook that rebuilds this model, text, edits and "

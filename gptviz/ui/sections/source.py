@@ -2,8 +2,6 @@
 note on the fixed random encoder output its cross-attention reads instead)."""
 from __future__ import annotations
 
-import dataclasses
-
 import streamlit as st
 
 from ...present import url_params
@@ -26,7 +24,7 @@ def source_input(ctx, *, key: str = "att") -> None:
         st.text_area("Source: what the encoder reads (each line is one row of the batch)", key=wkey, height=68,
                      max_chars=url_params.MAX_TEXT_CHARS,
                      # the session keeps a widget's args: a copy of ctx without this run's traces
-                     on_change=state.set_source, args=(s, wkey, dataclasses.replace(ctx, _traces={})),
+                     on_change=state.set_source, args=(s, wkey, ctx.without_traces()),
                      help="The decoder's text is in the sidebar" + (
                          ": for the reverser it follows from the source, `^` then the letters backwards so far "
                          "(teacher forcing)." if reverse else "."))
