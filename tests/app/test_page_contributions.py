@@ -118,3 +118,42 @@ def test_opens_on_post_norm_and_rotary_presets(name):
     at = page("contrib", preset=name)
     assert not at.exception, [e.message for e in at.exception]
     assert drawn_edges(at) == said_edges(at) > 0
+
+
+def test_ltts_token_graph_and_the_labelled_value_bias_variant_on_the_page():
+    """Summed per token, the page draws the LLM Transparency Tool's graph: its edges are those of ``token_graph`` on
+    the page's own trace (worked out here from the model and text the page names), no head nodes. The value bias
+    kept per token is a toggle, and the chart's title then says it is a variant."""
+    import json
+
+    import torch
+
+    from gptviz import load_checkpoint, trace
+    from gptviz.interp.contributions import Contributions, token_graph
+
+    at = page("contrib", preset="checkpoint: induction-heads")
+    at.radio(key="cgraph.heads").set_value("summed per token (as LTT draws it)").run()
+    assert not at.exception, [e.message for e in at.exception]
+    spec = chart(at, TITLE)
+    assert drawn_edges(at) == said_edges(at) > 0
+    assert not any(t.get("name") == "head" for t in spec["data"])
+    # the same graph, from the checkpoint and the page's own token ids
+    ck = load_checkpoint(ROOT / "checkpoints" / "induction-heads.safetensors")
+    ids = ck.tokenizer.encode(at.session_state["gptviz.settings"]["text"].splitlines()[0])
+    tr = trace(ck.model.eval(), torch.tensor([ids]))
+    g = token_graph(Contributions(ck.model, tr, 0), len(ids) - 1, at.slider(key="cgraph.thr").value)
+    assert len(g.edges) == drawn_edges(at), json.dumps([e.kind for e in g.edges])
+
+
+def test_the_value_bias_variant_is_offered_and_labelled_when_the_model_has_one():
+    at = page("contrib", preset="default")  # GPT-2's choices: q/k/v biases
+    assert not at.exception, [e.message for e in at.exception]
+    assert "variant" not in chart(at, TITLE)["layout"]["title"]["text"]
+    folded = drawn_edges(at)
+    at.toggle(key="cgraph.vbias").set_value(True).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert "value bias per token (a variant, not LTT's)" in chart(at, TITLE)["layout"]["title"]["text"]
+    assert drawn_edges(at) == said_edges(at) > 0
+    assert folded > 0
+    no_bias = page("contrib", preset="llama-like")  # no biases: nothing to fold, no toggle
+    assert not [t for t in no_bias.toggle if t.key == "cgraph.vbias"]

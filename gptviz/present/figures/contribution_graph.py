@@ -123,7 +123,7 @@ def contribution_figure(graph, tokens: Sequence[str], title: str, prediction: Op
     data = []
     for lo, hi in zip(BINS[:-1], BINS[1:]):
         for colour, kinds, label in ((SKIP_COLOR, ("skip",), "residual stream"),
-                                     (HEAD_COLOR, ("head_in", "head_out"), "through a head"),
+                                     (HEAD_COLOR, ("head_in", "head_out", "attn"), "through a head"),
                                      (MLP_COLOR, ("mlp_in", "mlp_out"), "through an MLP")):
             xs, ys = [], []
             for e in graph.edges:
@@ -141,7 +141,7 @@ def contribution_figure(graph, tokens: Sequence[str], title: str, prediction: Op
     for e in graph.edges:
         if e.kind == "skip":
             continue
-        block = e.dst if e.kind in ("head_in", "mlp_in") else e.src
+        block = e.dst if e.kind in ("head_in", "mlp_in", "attn") else e.src
         (x0, y0), (x1, y1) = xy[e.src], xy[e.dst]
         mx.append((x0 + x1) / 2)
         my.append((y0 + y1) / 2)

@@ -37,10 +37,11 @@ SENTENCE = ("Every layer adds to the residual stream: the stream it got (the *sk
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
-def _graph(key: tuple, b: int, n_pos: int, position: int, threshold: float, _tr, _model):
+def _graph(key: tuple, b: int, n_pos: int, position: int, threshold: float, heads: bool, value_bias: str, _tr,
+           _model):
     t0 = time.perf_counter()
-    c = Contributions(_model, _tr, b, n_pos)
-    g = route_graph(c, position, threshold)
+    c = Contributions(_model, _tr, b, n_pos, value_bias)
+    g = route_graph(c, position, threshold, heads=heads)
     return g, best_routes(g, 5), c.rows_computed, time.perf_counter() - t0
 
 
@@ -116,9 +117,20 @@ def contribution_graph(ctx, *, key: str = "cgraph") -> None:
     lo, hi, first = THRESHOLD
     threshold = c2.slider("Threshold: draw the edges whose share is above", lo, hi, first, 0.01, key=f"{key}.thr",
                           help="Lower shows more routes (and takes longer on a big model); higher, only the main ones.")
+    v1, v2 = st.columns([2, 3])
+    heads = v1.radio("Draw attention", ["each head as a node", "summed per token (as LTT draws it)"],
+                     key=f"{key}.heads", horizontal=False,
+                     help="Summed per token: the LLM Transparency Tool's graph, an edge from each token a query read, "
+                          "its heads added up.") == "each head as a node"
+    has_value_bias = any(blk.attn.c_attn.bias is not None for blk in ctx.model.transformer.h)
+    per_token = has_value_bias and v2.toggle(
+        "Variant: count the value bias with each token (not LTT's definition)", key=f"{key}.vbias",
+        help="LTT (through TransformerLens's defaults) folds the value bias b_V into the output bias, which is no "
+             "term. Here it stays inside every head × token term instead.")
+    value_bias = "per_token" if per_token else "folded"
     logits = np.asarray(tr[act_name("logits")])[b, pos]
     predicted = vocab[int(np.argmax(logits))]
-    args = (trace_key(ctx), b, T, int(pos), round(float(threshold), 4), tr, ctx.model)
+    args = (trace_key(ctx), b, T, int(pos), round(float(threshold), 4), heads, value_bias, tr, ctx.model)
     try:
         if cfg.num_params() > resources.BIG_MODEL_PARAMS:
             with queued(BIG_LOAD, "big computation"):  # one big computation at a time on this server
@@ -130,7 +142,7 @@ def contribution_graph(ctx, *, key: str = "cgraph") -> None:
         st.warning(f"The contribution graph could not be computed: {exc}")
         return
     title = (f"Routes into the prediction at '{figures.escape_label(labels[pos])}' (position {pos}): shares above "
-             f"{threshold:.2f}")
+             f"{threshold:.2f}" + (" · value bias per token (a variant, not LTT's)" if per_token else ""))
     fig = figures.contribution_figure(g, labels, title, prediction=predicted)
     ev = plot(ctx, fig, key=f"{key}.fig", on_select="rerun", selection_mode="points")
     clicked = _clicked(ev)
@@ -140,7 +152,8 @@ def contribution_graph(ctx, *, key: str = "cgraph") -> None:
             _go(ctx.s, clicked)
     n_heads = len({n[:3] for n in g.nodes if n[0] == "head"})
     n_mlps = sum(1 for n in g.nodes if n[0] == "mlp")
-    st.caption(f"{len(g.edges)} edges above {threshold:.2f}, through {n_heads} head(s) and {n_mlps} MLP(s), from "
+    through = f"{n_heads} head(s)" if heads else "attention"
+    st.caption(f"{len(g.edges)} edges above {threshold:.2f}, through {through} and {n_mlps} MLP(s), from "
                f"{len(g.sources())} input token(s). Width and darkness grow with the share; blue: through a head, "
                f"red: through an MLP, grey: the residual stream's skip. Click a head or an MLP, or the middle of its "
                f"edge, to open it (an MLP opens on its neurons). Shares of {rows} (layer, position) sums, worked out "
@@ -166,7 +179,8 @@ def contribution_graph(ctx, *, key: str = "cgraph") -> None:
     st.markdown(SENTENCE)
     st.latex(FORMULA)
     st.code(source_code.function_code(shares, head_sources), language="python")  # as it runs, from the source
-    st.caption("The MLP's share is the same rule with two terms, y = x + mlp_out; in a parallel block (GPT-NeoX) "
-               "the heads, the MLP and the skip share one sum. The output bias b_O is in y but is no term; a "
-               "post-norm block is split before its norm. As in the LLM Transparency Tool (which clips at 10⁻⁵ "
-               "instead of 0).")
+    st.caption("The MLP's share is the same rule with two terms, y = resid_mid + mlp_out; in a parallel block "
+               "(GPT-NeoX) the heads, the MLP and the skip share one sum. The output bias b_O, with the value bias "
+               "b_V folded into it, is in y but is no term; a post-norm block is split before each norm. These are "
+               "the LLM Transparency Tool's definitions, its 10⁻⁵ floor on each score included, checked share by "
+               "share in tests/test_contributions_ltt.py.")
