@@ -160,6 +160,9 @@ def train_sae(acts: torch.Tensor, hook: str, cfg: SAETrainConfig,
 
 
 # --------------------------------------------------------------------------- measuring it
+SNIPPET_CHUNK = 32  # windows encoded at a time by ``top_snippets``
+
+
 @torch.no_grad()
 def held_out_resid(model, wins: torch.Tensor, hook: str, batch: int = 64) -> torch.Tensor:
     """``(n, T, d)``: the hook's tensor over every held-out window (inputs ``wins[:, :-1]``)."""
@@ -214,8 +217,8 @@ def top_snippets(sae: SparseAutoencoder, wins: torch.Tensor, resid_all: torch.Te
     best_w = torch.full((F, n_top), -1, dtype=torch.long)
     best_p = torch.zeros((F, n_top), dtype=torch.long)
     count = torch.zeros(F)
-    for i in range(0, n, 32):
-        f = sae.encode(resid_all[i:i + 32])  # (b, T, F)
+    for i in range(0, n, SNIPPET_CHUNK):
+        f = sae.encode(resid_all[i:i + SNIPPET_CHUNK])  # (b, T, F)
         count += (f > 0).sum((0, 1)).float()
         v, p = f.max(1)  # (b, F): each window's peak per feature
         cand_v = torch.cat([best_v, v.T], 1)
