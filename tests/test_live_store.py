@@ -254,3 +254,41 @@ def test_redis_keys_carry_a_ttl_and_the_token_is_stored_only_as_a_hash(redis_url
     # a second replica (a second client on the same Redis) sees the same class, answers and teacher
     other = RedisStore(redis_url, prefix="ttl", idle_seconds=100)
     assert other.answers(code, 0) == {1: 1} and other.advance(code, token, 2) and s.get(code).step == 2
+
+
+def test_answered_counts_students_so_two_alike_answers_count_twice(make):
+    """Two students with the SAME answer are two answers, not one choice: the oracle is a list of who chose what
+    written out here, counted by hand (``Counter``), and the number answered is the number of students."""
+    s = make()
+    code, token = s.create(LESSON)
+    assert s.answer(code, IDS[0], 0, 3) and s.answer(code, IDS[1], 0, 3)
+    assert s.answers(code, 0) == {3: 2} and sum(s.answers(code, 0).values()) == 2
+    assert s.my_answer(code, IDS[0], 0) == 3 and s.my_answer(code, IDS[1], 0) == 3
+    assert s.students(code) == 2
+    # the next step: three students, two of them alike (and not the first two, and not choice 0)
+    assert s.advance(code, token, 1)
+    chosen = {IDS[7]: 5, IDS[8]: 2, IDS[9]: 5}
+    for sid, choice in chosen.items():
+        assert s.join(code, sid) and s.answer(code, sid, 1, choice)
+    assert s.answers(code, 1) == {5: 2, 2: 1} and sum(s.answers(code, 1).values()) == 3
+    # one changes their mind to the same answer as another: still three students, now all three alike
+    assert s.answer(code, IDS[8], 1, 5)
+    assert s.answers(code, 1) == {5: 3}
+    assert s.answers(code, 0) == {3: 2}, "the earlier step keeps its two alike answers"
+    assert s.reveal(code, token) and s.answers(code, 1) == {5: 3}
+
+
+def test_rejoining_with_an_empty_nickname_keeps_the_old_one(make):
+    """A reload joins again with no nickname (the address carries only the student's id): the nickname the
+    student gave stays. Only a new, non-empty nickname replaces it; an answer (which joins) keeps it too."""
+    s = make()
+    code, _ = s.create(LESSON)
+    assert s.join(code, IDS[0], "Ann") and s.nicknames(code) == ["Ann"]
+    assert s.join(code, IDS[0], "") and s.nicknames(code) == ["Ann"], "an empty nickname must keep the old one"
+    assert s.join(code, IDS[0]) and s.join(code, IDS[0], "   ") and s.nicknames(code) == ["Ann"]
+    assert s.answer(code, IDS[0], 0, 1) and s.nicknames(code) == ["Ann"]
+    assert s.students(code) == 1
+    assert s.join(code, IDS[1], "") and s.join(code, IDS[1], "Bea") and s.join(code, IDS[1], "")
+    assert s.nicknames(code) == ["Ann", "Bea"] and s.students(code) == 2
+    assert s.join(code, IDS[0], "Cy") and s.join(code, IDS[0], "") and s.nicknames(code) == ["Bea", "Cy"]
+    assert s.students(code) == 2

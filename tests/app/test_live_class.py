@@ -180,3 +180,92 @@ def test_bad_addresses_get_a_message_naming_what_to_change_and_touch_no_class():
     said = " ".join(w.value for w in at.warning)
     assert "`teach=`" in said and "`me=`" in said
     assert at.query_params["me"] != "bad id!" and store().students(code) == 1
+
+
+def shown(at: AppTest) -> str:
+    """Everything a screen says in text: markdown, success/warning boxes and captions."""
+    return " | ".join(str(e.value) for kind in (at.markdown, at.success, at.warning, at.info, at.caption)
+                      for e in kind)
+
+
+def class_charts(at: AppTest) -> list:
+    return [c for c in at.get("plotly_chart")
+            if "class's answers" in json.dumps(json.loads(c.proto.spec)["layout"].get("title", ""))]
+
+
+def test_a_students_screen_shows_no_verdict_and_no_class_answers_before_the_reveal_and_both_after():
+    """Three students, two with the SAME answer (the truth) and one with another. Before the reveal a student's
+    screen has their own pick and nothing else: no right/wrong, no "Answer:", no count and no chart of the class's
+    answers; the teacher's count says how many STUDENTS answered (2 when two answered alike, then 3). After the
+    reveal each student sees their verdict and the class's chart. The truth is counted here from the tokenizer and
+    found among the choices the student's radio offers; the counts are written out by hand."""
+    teacher = clean(open_page(lesson=LID, lstep="1", text=TEACHERS_TEXT).button(key="lessons.live.start").click()
+                    .run())
+    code = teacher.session_state["lessons.live"]["code"]
+    key = ANSWER.format(code=code, i=0)
+    s1, s2, s3 = (open_page(**{"class": code, "me": f"alike-answer-{j}"}) for j in (1, 2, 3))
+    options = [o.split(" · ", 1)[1] for o in s1.radio(key=key).options]
+    n = token_count_by_hand()
+    truth = options.index(str(n))
+    other = (truth + 1) % len(options)
+
+    def before_the_reveal(at: AppTest, pick: int) -> None:
+        said = shown(at)
+        assert f"Your answer is in: **{pick + 1}**" in said and not at.radio(key=key).disabled
+        assert "**Right!**" not in said and "Not quite" not in said, "no verdict before the reveal"
+        assert "**Answer:" not in said, "no answer before the reveal"
+        assert "data-testid='live-tally'" not in said and "students answered" not in said, "no count before it"
+        assert not class_charts(at), "no chart of the class's answers before the reveal"
+
+    s1 = clean(s1.radio(key=key).set_value(truth).run())
+    before_the_reveal(s1, truth)
+    s2 = clean(s2.radio(key=key).set_value(truth).run())
+    before_the_reveal(s2, truth)
+    teacher = clean(teacher.run())
+    assert tally(teacher) == "2 of 3 students answered", "two students with the same answer are two answers"
+    assert histogram(teacher)[1] == [2 if j == truth else 0 for j in range(len(options))]
+    s3 = clean(s3.radio(key=key).set_value(other).run())
+    before_the_reveal(s3, other)
+    s1 = clean(s1.run())  # the others have answered meanwhile: still nothing of theirs on this screen
+    before_the_reveal(s1, truth)
+    teacher = clean(teacher.run())
+    assert tally(teacher) == "3 of 3 students answered"
+    hand = [{truth: 2, other: 1}.get(j, 0) for j in range(len(options))]
+    assert histogram(teacher)[1] == hand
+
+    teacher = clean(teacher.button(key="lessons.live.reveal.0").click().run())
+    for at, pick in ((s1, truth), (s3, other)):
+        at = clean(at.run())
+        said = shown(at)
+        assert at.radio(key=key).disabled
+        assert ("**Right!**" if pick == truth else f"Not quite: the answer is **{n}**") in said
+        assert ("Not quite" not in said) if pick == truth else ("**Right!**" not in said)
+        assert f"**Answer: {n}**" in said
+        assert tally(at) == "3 of 3 students answered · 2 right (67%)"
+        assert len(class_charts(at)) == 1 and histogram(at)[1] == hand
+
+
+def test_a_reload_joins_again_without_a_nickname_and_keeps_the_one_the_student_gave():
+    """A student joins through the box with a nickname; a reload (a new session with the same ``me=``) joins
+    again with an empty one, and so does an empty nickname typed in the class bar: the teacher still lists the
+    nickname. The oracle is the list of who joined with what, written out here."""
+    teacher = clean(open_page(lesson=LID).button(key="lessons.live.start").click().run())
+    code = teacher.session_state["lessons.live"]["code"]
+    ann = open_page(lesson=LID)
+    ann.text_input(key="lessons.live.code_in").set_value(code)
+    ann.text_input(key="lessons.live.nick_in").set_value("Ann")
+    ann = clean(ann.button[[b.key for b in ann.button].index("FormSubmitter:lessons.live.join-Join the class")]
+                .click().run())
+    sid = ann.session_state["lessons.live"]["sid"]
+    assert f"Class **{code}** as **Ann**" in shown(ann)
+    open_page(**{"class": code, "me": "no-nickname-1"})
+    teacher = clean(teacher.run())
+    assert "Joined: Ann and 1 without a nickname" in [c.value for c in teacher.caption]
+
+    reloaded = open_page(**{"class": code, "me": sid})  # the same student, a reload: no nickname in the address
+    assert reloaded.query_params["me"] == sid and store().students(code) == 2
+    reloaded.text_input(key="lessons.live.nick").set_value("  ")  # an empty nickname typed in the class bar
+    reloaded = clean(reloaded.run())
+    teacher = clean(teacher.run())
+    assert "Joined: Ann and 1 without a nickname" in [c.value for c in teacher.caption]
+    assert store().nicknames(code) == ["Ann"] and store().students(code) == 2
