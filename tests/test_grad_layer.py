@@ -106,3 +106,68 @@ def test_the_backward_page_on_a_long_text_shows_the_layer_in_view(monkeypatch):
     T = b.lengths[0]
     allowed = np.tril(np.ones((T, T), dtype=bool))
     np.testing.assert_allclose(g[:T, :T][allowed], want[:T, :T][allowed], atol=1e-6, rtol=1e-4)
+
+
+def _held_bytes(tr) -> int:
+    """The bytes of the tensors a trace holds, summed here by hand: every forward value it keeps (a slim trace's
+    steps worked out when read hold no tensor) and every gradient."""
+    values = [*tr._acts.values(), *(tr.grads or {}).values()]
+    return sum(v.element_size() * v.nelement() for v in values if isinstance(v, torch.Tensor))
+
+
+# Grouped-query attention where the repeated keys and values weigh most: 8 query heads of 32 sharing 4 key/value
+# heads, in a residual stream of 8. Each of the two repeats (B, 8, T, 32) is four times the residual stream.
+WIDE_GQA = TINY_GQA.replace(block_size=64, n_head=8, n_kv_head=4, d_head=32, n_embd=8, d_mlp=8, vocab_size=16)
+
+
+@pytest.mark.parametrize("slim", [False, True], ids=["full", "slim"])
+@pytest.mark.parametrize("layers", [None, [1]], ids=["every-layer", "one-layer"])
+@pytest.mark.parametrize("B, T", [(2, 8), (3, 12)])
+def test_the_size_estimate_of_a_gqa_trace_with_gradients_is_never_under_its_real_bytes(slim, layers, B, T):
+    """``ModelConfig.trace_bytes`` (what the app checks before tracing) against the bytes the real trace with
+    gradients holds, summed tensor by tensor: an upper estimate, and not a wild one."""
+    cfg = WIDE_GQA
+    assert cfg.n_kv_head < cfg.n_head and cfg.d_attn == 256
+    idx = ids(cfg, B=B, n=T)
+    tr = trace(GPT(cfg), idx, targets=next_tokens(idx), grads=True, slim=slim, layers=layers,
+               weight_grads="norms")
+    assert any(n.endswith("hook_k_rep") for n in tr) and tr.grad("blocks.1.attn.hook_v_rep") is not None
+    held = _held_bytes(tr)
+    est = cfg.trace_bytes(B, T, grads=True, slim=slim, layers=None if layers is None else len(layers))
+    assert held <= est < 2 * held, (held, est)
+
+
+def _layers_with_grads(tr) -> set:
+    return {parse_act_name(n).layer for n in tr if tr.grad(n) is not None}
+
+
+def test_only_a_long_text_gets_the_one_layer_gradient_trace(monkeypatch):
+    """The view's trace with gradients, through ``resolve`` and a store as a page gets it, with the long-text
+    threshold set between two texts: the short text keeps every layer's gradients (each equal to a whole trace
+    with gradients of the same model and tokens, traced here), the long one only the layer in view's."""
+    from gptviz.present.report_store import Store
+
+    s = page_context.defaults()
+    s.update(preset="default", layer=1)
+    short, long = "the cat sat.", "the cat sat on the mat and the dog sat on the log by the door."
+    store = Store()
+    lengths = {}
+    for text in (short, long):
+        s["text"] = text
+        lengths[text] = page_context.resolve(dict(s), store)[0].batch.x.shape[1]
+    assert lengths[short] < lengths[long]
+    cfg = page_context.resolve(dict(s), store)[0].cfg
+    # long: over the bytes of a trace as long as the short text, and only then
+    monkeypatch.setattr(page_context, "SLIM_TRACE_BYTES", cfg.trace_bytes(1, lengths[short]))
+    s["text"] = short
+    ctx, _ = page_context.resolve(dict(s), store)
+    assert cfg.n_layer == 2 and ctx.grad_layer is None
+    tr = ctx.trace(grads=True)
+    assert _layers_with_grads(tr) == {None, 0, 1}
+    b = ctx.batch
+    whole = trace(GPT(cfg), b.x, b.y, b.attention_mask, grads=True)
+    for n in ("blocks.0.attn.hook_pattern", "blocks.0.hook_resid_pre", "blocks.1.mlp.hook_post"):
+        np.testing.assert_allclose(np.asarray(tr.grad(n)), whole.grad(n).detach().numpy(), atol=1e-7, rtol=1e-5)
+    s["text"] = long
+    ctx, _ = page_context.resolve(dict(s), store)
+    assert ctx.grad_layer == 1 and _layers_with_grads(ctx.trace(grads=True)) == {None, 1}

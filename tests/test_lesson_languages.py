@@ -48,6 +48,7 @@ def test_a_translation_keeps_the_english_steps_views_settings_and_questions(lang
     assert why == ""
     assert len(ours.steps) == len(english.steps) == len(raw["steps"])
     assert ours.title == raw["title"] != english.title and ours.id == english.id
+    assert ours.summary == raw["summary"] != english.summary  # the file's own summary, not the English one
     for k, (a, b) in enumerate(zip(ours.steps, english.steps)):
         assert (a.view, a.settings, a.options, a.question) == (b.view, b.settings, b.options, b.question), k
         assert a.title == raw["steps"][k]["title"] != b.title
@@ -171,6 +172,38 @@ def test_a_lesson_not_yet_translated_shows_english_with_a_notice(monkeypatch):
     assert any(b.label == "下一步 ▶" for b in at.button)
 
 
+@pytest.mark.parametrize("lang, notice", [("es", "aún no está traducida"), ("zh", "这节课还没有中文译文")],
+                         ids=["es", "zh"])
+def test_a_broken_translation_shows_english_with_a_notice_saying_what_is_wrong(tmp_path, monkeypatch, lang, notice):
+    """The page reads a copy of lessons/ in which this language's lesson 3 is broken (a step too few): it shows the
+    English lesson (its first step's title and summary, read with tomllib from the English file) and, in the
+    class's language, a notice that it is not translated with the reason (the step counts)."""
+    from gptviz.present.lessons import translations
+
+    folder = tmp_path / "lessons"
+    shutil.copytree(ROOT / "lessons", folder)
+    lid = "03_initial_loss"
+    path = folder / lang / f"{lid}.toml"
+    path.write_text(path.read_text(encoding="utf-8").rsplit("[[steps]]", 1)[0], "utf-8")  # drop the last step
+    real = translations.read_translation
+    monkeypatch.setattr(translations, "read_translation",
+                        lambda lesson, code, *args, **kwargs: real(lesson, code, folder))
+    english = tomllib.loads((ROOT / "lessons" / f"{lid}.toml").read_text(encoding="utf-8"))
+    n = len(english["steps"])
+    at = _page(lang=lang, lesson=lid, lstep="1")
+    assert any(english["steps"][0]["title"] in m.value for m in at.markdown)
+    assert english["summary"] in [c.value for c in at.caption]
+    notes = [c.value for c in at.caption if notice in c.value]
+    assert len(notes) == 1 and f"{n - 1} steps" in notes[0] and f"has {n}" in notes[0], [c.value for c in at.caption]
+    words = tomllib.loads((ROOT / "lessons" / lang / "_words.toml").read_text(encoding="utf-8"))
+    assert words["language"] in notes[0]  # names the language
+    # the other lessons of the language are untouched: lesson 1 still reads translated, with no notice
+    at = _page(lang=lang, lesson="01_text_to_token_ids", lstep="1")
+    raw = tomllib.loads((folder / lang / "01_text_to_token_ids.toml").read_text(encoding="utf-8"))
+    assert any(raw["steps"][0]["title"] in m.value for m in at.markdown)
+    assert not any(notice in c.value for c in at.caption)
+
+
 def test_a_teacher_adds_a_language_as_data(tmp_path, monkeypatch):
     """A new folder with a words file and one lesson: the language appears, and that lesson reads in it."""
     folder = tmp_path / "lessons"
@@ -190,9 +223,13 @@ def test_a_teacher_adds_a_language_as_data(tmp_path, monkeypatch):
 @pytest.mark.parametrize("lid", ALL)
 def test_every_lesson_opens_in_every_language(lang, lid):
     """Each lesson's first and last steps open on the Lessons page in the language, titled as its translation says,
-    with no notice of a missing translation."""
+    with the translation's own summary on the first step and no notice of a missing translation."""
     raw = tomllib.loads((ROOT / "lessons" / lang / f"{lid}.toml").read_text(encoding="utf-8"))
     for k in (1, len(raw["steps"])):
         at = _page(lang=lang, lesson=lid, lstep=str(k))
         assert any(raw["steps"][k - 1]["title"] in m.value for m in at.markdown), (lang, lid, k)
+        if k == 1:  # the summary under the first step's title: the translation's own, read with tomllib
+            english = tomllib.loads((ROOT / "lessons" / f"{lid}.toml").read_text(encoding="utf-8"))["summary"]
+            shown = [c.value for c in at.caption]
+            assert raw["summary"] in shown and english not in shown, (lang, lid)
         assert not any("这节课还没有中文译文" in c.value or "aún no está traducida" in c.value for c in at.caption)

@@ -139,3 +139,26 @@ def test_a_folder_sent_as_files_opens_and_nothing_else_is_read(tmp_path):
     with pytest.raises(ValueError, match="not a readable .safetensors"):
         from_uploaded_files([(n, d) for n, d in files if not n.endswith("model.safetensors")]
                             + [("model.safetensors", b"junk")])
+
+
+@pytest.mark.parametrize("pct_key, theta_key", [("rotary_pct", "rotary_emb_base"),
+                                                ("partial_rotary_factor", "rope_theta")],
+                         ids=["pythia-style", "transformers-4-style"])
+def test_a_neox_folder_in_the_older_config_format_keeps_its_partial_rotary(tmp_path, pct_key, theta_key):
+    """A GPT-NeoX folder saved before ``rope_parameters`` existed (Pythia's config.json: ``rotary_pct`` and
+    ``rotary_emb_base`` at the top level; transformers 4's: ``partial_rotary_factor`` and ``rope_theta``): the
+    oracle is the same ``transformers`` model in memory (rotary on a quarter of each head, base 2000). Full rotary,
+    or the default base, would give other logits at every position after the first."""
+    hf = build("gpt_neox", tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    params = d.pop("rope_parameters")
+    assert params["partial_rotary_factor"] == 0.25
+    d.pop("partial_rotary_factor", None)
+    d.update({pct_key: 0.25, theta_key: 2000.0, "rope_scaling": None})
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    model, _ = gptviz.from_pretrained(tmp_path)
+    idx = torch.tensor([[5, 9, 2, 7, 7, 1, 30, 4, 11, 250], [17, 3, 3, 8, 120, 9, 2, 2, 64, 5]])
+    with torch.no_grad():
+        want = hf(idx).logits
+    assert (trace(model, idx)["hook_logits"] - want).abs().max().item() < 1e-4
+    assert (model.config.rotary_pct, model.config.d_rot, model.config.rope_base) == (0.25, 4, 2000.0)

@@ -86,3 +86,27 @@ def test_a_head_switched_off_has_no_gradient_upstream_of_its_pattern():
     # head 1 is still on: the usual reading, naming its strongest entry
     at = set_sidebar(at.selectbox(key="bw.step").set_value("blocks.0.attn.hook_attn_scores").run(), "head", 1)
     assert len(at.info) == 1 and "The strongest is at head 1" in at.info[0].value
+
+
+def test_a_short_text_keeps_every_layers_gradients_on_the_page():
+    """The default short text with layer 1 in the sidebar: the step list (the steps the page's trace holds a
+    gradient for) has both layers' steps and those outside every block, no "this text is long" caption, and the
+    gradient of a layer-0 step (not the layer in view) is that of a whole trace with gradients made here."""
+    from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
+    from gptviz.model.hook_names import parse_act_name
+    from gptviz.text.batches import DEFAULT_PROMPT
+
+    at = ok(page("backward", layer=1))
+    options = at.selectbox(key="bw.step").options
+    assert {parse_act_name(o.split(" · ")[-1]).layer for o in options} == {None, 0, 1}
+    assert not any("gradients kept are those of layer" in c.value for c in at.caption)
+    at = at.selectbox(key="bw.step").set_value("blocks.0.attn.hook_pattern").run()
+    g = array(chart(ok(at), "∂loss/∂ L0 attention weights")["data"][0]["z"]).astype(float)
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    cfg = preset("default", vocab_size=tok.vocab_size)
+    b = encode_batch(tok, DEFAULT_PROMPT, cfg.block_size)
+    want = trace(GPT(cfg), b.x, b.y, b.attention_mask, grads=True).grad("blocks.0.attn.hook_pattern")
+    want = want.detach().numpy()[0, 0]
+    T = b.lengths[0]
+    allowed = np.tril(np.ones((T, T), dtype=bool))
+    np.testing.assert_allclose(g[:T, :T][allowed], want[:T, :T][allowed], atol=1e-6, rtol=1e-4)
