@@ -132,7 +132,7 @@ def test_ltts_token_graph_and_the_labelled_value_bias_variant_on_the_page():
     from gptviz.interp.contributions import Contributions, token_graph
 
     at = page("contrib", preset="checkpoint: induction-heads")
-    at.radio(key="cgraph.heads").set_value("summed per token (as LTT draws it)").run()
+    at.selectbox(key="cgraph.heads").set_value("summed per token (LTT)").run()
     assert not at.exception, [e.message for e in at.exception]
     spec = chart(at, TITLE)
     assert drawn_edges(at) == said_edges(at) > 0

@@ -182,7 +182,7 @@ def contribution_figure(graph, tokens: Sequence[str], title: str, prediction: Op
     yvals, ytext = [0.0, float(L)], ["embeddings", "output"]
     for l in range(0, L, step):  # each layer by its heads' row (and its MLP's, when there is room)
         yvals.append(l + heads_row)
-        ytext.append(f"L{l} heads" if L <= 4 else f"L{l}")
+        ytext.append((f"L{l} heads" if getattr(graph, "heads", True) else f"L{l} attention") if L <= 4 else f"L{l}")
         if L <= 2 and "mlp" in _rows(kind):
             yvals.append(l + _rows(kind)["mlp"])
             ytext.append(f"L{l} MLP")

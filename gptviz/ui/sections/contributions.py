@@ -24,6 +24,7 @@ from .who import trace_key
 ATTENTION_PAGE = "app_pages/attention.py"
 MLP_PAGE = "app_pages/neurons.py"  # an MLP opens on its neurons: the ones firing most there
 THRESHOLD = (0.01, 0.5, 0.04)  # the slider: lowest, highest, first (the LLM Transparency Tool starts at 0.04)
+HEADS_DRAWN = ("each head a node", "summed per token (LTT)")  # the first: gptviz's graph; the second: LTT's own
 
 FORMULA = (r"w(c_k \to y) = \frac{\max\big(0,\ \lVert y\rVert_1 - \lVert y - c_k\rVert_1\big)}"
            r"{\sum_{m} \max\big(0,\ \lVert y\rVert_1 - \lVert y - c_m\rVert_1\big)},\qquad "
@@ -43,6 +44,10 @@ def _graph(key: tuple, b: int, n_pos: int, position: int, threshold: float, head
     c = Contributions(_model, _tr, b, n_pos, value_bias)
     g = route_graph(c, position, threshold, heads=heads)
     return g, best_routes(g, 5), c.rows_computed, time.perf_counter() - t0
+
+
+def _has_value_bias(model) -> bool:
+    return any(blk.attn.c_attn.bias is not None for blk in model.transformer.h)
 
 
 def open_block(s: dict, block: str) -> Optional[str]:
@@ -111,22 +116,16 @@ def contribution_graph(ctx, *, key: str = "cgraph") -> None:
         return
     tr, b, T, cfg = ctx.trace(), ctx.b, ctx.n_pos, ctx.cfg
     labels, vocab = ctx.labels(), ctx.vocab_labels()
-    c1, c2 = st.columns([2, 3])
+    c1, c2, c3 = st.columns([2, 3, 2])
     pos = c1.selectbox("The prediction made at position", list(range(T)), index=T - 1, key=f"{key}.pos.{T}",
                        format_func=lambda i: f"{i}: {labels[i]}")
     lo, hi, first = THRESHOLD
     threshold = c2.slider("Threshold: draw the edges whose share is above", lo, hi, first, 0.01, key=f"{key}.thr",
                           help="Lower shows more routes (and takes longer on a big model); higher, only the main ones.")
-    v1, v2 = st.columns([2, 3])
-    heads = v1.radio("Draw attention", ["each head as a node", "summed per token (as LTT draws it)"],
-                     key=f"{key}.heads", horizontal=False,
-                     help="Summed per token: the LLM Transparency Tool's graph, an edge from each token a query read, "
-                          "its heads added up.") == "each head as a node"
-    has_value_bias = any(blk.attn.c_attn.bias is not None for blk in ctx.model.transformer.h)
-    per_token = has_value_bias and v2.toggle(
-        "Variant: count the value bias with each token (not LTT's definition)", key=f"{key}.vbias",
-        help="LTT (through TransformerLens's defaults) folds the value bias b_V into the output bias, which is no "
-             "term. Here it stays inside every head × token term instead.")
+    heads = c3.selectbox("Attention drawn", HEADS_DRAWN, key=f"{key}.heads",
+                         help="Summed per token: the LLM Transparency Tool's graph, one edge from each token a query "
+                              "read, its heads added up.") == HEADS_DRAWN[0]
+    per_token = st.session_state.get(f"{key}.vbias", False) and _has_value_bias(ctx.model)  # the toggle, below
     value_bias = "per_token" if per_token else "folded"
     logits = np.asarray(tr[act_name("logits")])[b, pos]
     predicted = vocab[int(np.argmax(logits))]
@@ -160,6 +159,10 @@ def contribution_graph(ctx, *, key: str = "cgraph") -> None:
                f"in {seconds:.2f} s"
                + (", on the trace with your edits." if not edit_specs.is_empty(ctx.s.get("edits") or edit_specs.EMPTY)
                   else "."))
+    if _has_value_bias(ctx.model):
+        st.toggle("Variant: count the value bias with each token (not LTT's definition)", key=f"{key}.vbias",
+                  help="LTT (through TransformerLens's defaults) folds the value bias b_V into the output bias, which "
+                       "is no term. Here it stays inside every head × token term instead.")
     if routes:
         lines = [f"{k}. {_route_words(p, labels)} — weight {w:.3f}" for k, (w, p) in enumerate(routes, 1)]
         st.markdown(f"**The heaviest routes to '{plain_md(predicted)}'** (product of the shares along each):  \n"
