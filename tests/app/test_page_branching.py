@@ -85,3 +85,37 @@ def test_on_a_big_model_branching_waits_for_a_click():
     assert [b for b in at.button if b.label == "Generate and branch"]
     assert not [t for t in (c.get("layout", {}).get("title", {}).get("text", "") for c in charts(at))
                 if t.startswith("Two continuations")]
+
+
+def test_sampled_at_a_low_temperature_with_top_p_the_page_shows_the_models_own_probabilities():
+    """Sampled at temperature 0.6 with top-p 0.7: the original continuation is ``generate``'s with those settings, and
+    every probability shown (both rows) is softmax of the model's raw logits by a plain forward pass over the tokens
+    shown, not the tempered nucleus they were drawn from."""
+    from gptviz.run.generation import generate
+
+    at = page("generation", opening=True)
+    at.radio(key="gen.mode").set_value("sampled")
+    at.slider(key="gen.temp").set_value(0.6)
+    at.slider(key="gen.topp").set_value(0.7)
+    at.slider(key="gen.n").set_value(5)
+    ok(at.run())
+    assert any("sampled with seed 0" in c.value for c in at.caption)
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    prompt = ck.tokenizer.encode(at.text_input(key="gen.prompt").value)
+    assert len(prompt) + 5 <= ck.model.config.block_size
+    want = [s.token for s in generate(ck.model, prompt, 5, 0.6, top_p=0.7, greedy=False, seed=0)]
+    label = [escape_label(ck.tokenizer.token_str(i)) for i in range(ck.model.config.vocab_size)]
+    ids = {}
+    for i, s in enumerate(label):
+        ids.setdefault(s, []).append(i)
+    z, text = _paths(at)
+    assert text[0] == [label[i] for i in want] and z.shape == (2, 5)
+    for row, shown in enumerate(text):
+        toks = []
+        for s in shown:
+            assert len(ids[s]) == 1, s  # the label names one token
+            toks.append(ids[s][0])
+        with torch.no_grad():  # one pass over prompt + continuation gives every step's logits (it fits the context)
+            logits = ck.model(torch.tensor([prompt + toks]))[0][0, len(prompt) - 1:-1]
+        p = F.softmax(logits.double(), dim=-1)
+        assert np.allclose(z[row], [float(p[s, t]) for s, t in enumerate(toks)], atol=1e-5), row
