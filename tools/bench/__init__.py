@@ -11,9 +11,12 @@ every figure is set against a baseline measured in the same run, because these m
    checks that there was no exception, no ``st.error`` and no ``st.warning``, and that the sidebar shows the
    model the row names (``vocab_size = V … · P parameters``). A page that fails or falls back to another model
    makes its row FAIL with the reason, and no time is reported for it. GPT-2-small rows use the preset
-   ``gpt2-small`` with the GPT-2 tokenizer (124,439,808 parameters) on a text longer than the app's token cap,
-   so they read exactly ``BIG_MODEL_T`` positions. Spread: ``p95`` when there are at least 20 samples, else
-   ``max of N``.
+   ``gpt2-small`` with the GPT-2 tokenizer (124,439,808 parameters) on texts cut to exactly ``CLASSIC_T`` = 64
+   tokens (tools/bench/models.py; T = 512 is the long part's): a GPT-2-small row FAILS unless one of its page's
+   traces is of that model at that T. The Lessons rows open lesson 2's first step
+   (``?lesson=02_one_attention_head&lstep=1``: it reads the sidebar's model and text, where lesson 1 pins the
+   char-bpe tokenizer). Spread: ``p95`` when there are at least 20 samples, else ``max of N``. ``--pages
+   lessons,home`` runs only those pages' rows.
 3. **memory** — one GPT-2-small trace with targets at the app's token cap, in a fresh process: the weights'
    own size (``num_params × 4`` bytes) and the process's resident memory are reported separately from the
    peak the trace adds (and the peak a plain forward adds). MiB = 2^20 bytes.

@@ -35,6 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "simulated students against a server started here, takes 5-15 minutes and runs only when "
                         "asked for: --only class; so does long, every page at T = 512 for GPT-2 small and a "
                         "SmolLM2-135M shape, p95 of 20, about 15 minutes: --only long)")
+    p.add_argument("--pages", help="comma-separated page files (by name: lessons,home) for the pages part "
+                                   "(default: every page); e.g. --only pages --pages lessons --quick")
     p.add_argument("--browser-only", action="store_true", help="only the browser rows")
     p.add_argument("--no-browser", action="store_true", help="everything but the browser rows")
     p.add_argument("--json", help="also write the rows as JSON here")
@@ -50,10 +52,11 @@ def main(argv=None) -> int:
     parts = {"browser"} if a.browser_only else set(a.only.split(","))
     if a.no_browser:
         parts.discard("browser")
+    pages = [p.strip() for p in a.pages.split(",") if p.strip()] if a.pages else None
     rows: list[dict] = []
     steps: list[tuple[str, Callable[[], list[dict]]]] = [
         ("trace", lambda: bench_trace(a.quick)),
-        ("pages", lambda: bench_pages(a.quick, "default") + bench_pages(a.quick, "gpt2-small")),
+        ("pages", lambda: bench_pages(a.quick, "default", pages) + bench_pages(a.quick, "gpt2-small", pages)),
         ("memory", bench_memory),
         ("training", lambda: bench_training(a.quick)),
         ("browser", lambda: bench_browser(a.quick)),

@@ -131,7 +131,7 @@ def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] |
     from streamlit import config
     from streamlit.testing.v1 import AppTest
 
-    from tools.bench.pages import TraceCounter, app_pages, check_page
+    from tools.bench.pages import TraceCounter, app_pages, check_page, page_query
 
     config.set_option("client.showErrorDetails", "full")
     try:
@@ -149,7 +149,7 @@ def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] |
             load0 = _load()
             try:
                 at = AppTest.from_file(str(ROOT / page), default_timeout=900)
-                for k, v in exp["query"].items():
+                for k, v in page_query(page, exp).items():  # the Lessons row opens a lesson on the row's model
                     at.query_params[k] = v
                 at.run()
                 check_page(at, exp, "first run")

@@ -13,7 +13,7 @@ CAPTION = re.compile(r"vocab_size = ([\d,]+), set by the tokenizer · ([\d,]+) p
 
 # Different texts of the same length, so that every text change is a new trace of the same size.
 WORDS = ["cat", "dog", "rat", "bat", "cow", "hen", "pig", "owl", "fox", "elk", "yak", "emu", "ant", "bee", "ape"]
-# More than BIG_MODEL_T GPT-2 tokens; the word that changes comes first, so that it survives the cut.
+# More than CLASSIC_T GPT-2 tokens; the word that changes comes first, so that it survives the cut.
 LONG_TEXT = ("once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker "
              "who repaired every clock in the valley. Children would gather at his window to watch the tiny gears "
              "turn, and he would tell them stories about the stars, the rivers and the mountains far away, and "

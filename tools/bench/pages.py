@@ -38,8 +38,20 @@ def check_page(at, exp: dict, when: str) -> None:
                            f"{cfg.vocab_size:,} and {cfg.num_params():,} of {exp['label']} (a fallback?)")
 
 
+# The query each page gets besides the row's model. Lesson 1 pins the char-bpe tokenizer (its subject is char BPE),
+# so on the gpt2-small row its trace was a char-bpe model (not GPT-2 small) reading the text as ~225 char-bpe tokens,
+# not the row's T; lesson 2's first step reads the sidebar's model, tokenizer and text (it pins only layer and head).
+PAGE_QUERY = {"lessons": {"lesson": "02_one_attention_head", "lstep": "1"}}
+
+
+def page_query(page: str, exp: dict) -> dict:
+    """The address a row opens ``page`` at: the row's model and text, and the page's own choices."""
+    return {**exp["query"], **PAGE_QUERY.get(Path(page).stem, {})}
+
+
 class TraceCounter:
-    """Counts the traces the app really computes (cache misses), and the T of each."""
+    """Counts the traces the app really computes (cache misses): the (B, T) of each in ``calls``, and in
+    ``params`` the parameter count of its configured model (None for a loaded one, whose config is not sent)."""
 
     def __init__(self):
         from gptviz.ui import resources
@@ -47,9 +59,11 @@ class TraceCounter:
         self.resources = resources
         self.orig = getattr(resources, "_compute_trace", None)
         self.calls: list[tuple[int, int]] = []
+        self.params: list[int | None] = []
         if self.orig is not None:
             def counting(cfg_json, model_key, x, *a, **k):
                 self.calls.append((len(x), len(x[0]) if x else 0))
+                self.params.append(_params(cfg_json) if model_key is None else None)
                 return self.orig(cfg_json, model_key, x, *a, **k)
 
             resources._compute_trace = counting
@@ -61,6 +75,22 @@ class TraceCounter:
     def close(self) -> None:
         if self.orig is not None:
             self.resources._compute_trace = self.orig
+
+
+def _params(cfg_json: str) -> int | None:
+    import json
+
+    from gptviz.config import ModelConfig
+
+    try:
+        return ModelConfig.from_dict(json.loads(cfg_json)).num_params()
+    except (ValueError, TypeError):
+        return None
+
+
+def _traces_text(Ts: list[int], params: list[int | None]) -> str:
+    return ", ".join(f"T={T} of {p:,} params" if p is not None else f"T={T} (a loaded model)"
+                     for T, p in sorted(set(zip(Ts, params)), key=lambda tp: (tp[0], tp[1] or 0)))
 
 
 def _view_change(at, i: int) -> None:
@@ -98,7 +128,7 @@ def _bench_page(AppTest, page: str, shape: str, exp: dict, reps: int, base_ms: f
     rows = []
     try:
         at = AppTest.from_file(str(ROOT / page), default_timeout=300)
-        for k, v in exp["query"].items():
+        for k, v in page_query(page, exp).items():
             at.query_params[k] = v
         at.run()
         check_page(at, exp, "first run")
@@ -120,9 +150,13 @@ def _bench_page(AppTest, page: str, shape: str, exp: dict, reps: int, base_ms: f
                 misses += len(counter.calls) > n0
                 times.append(dt)
             result[kind] = (times, misses)
-        Ts = sorted({T for _, T in counter.calls[first_call:]})
-        if shape != "default" and Ts and cap not in Ts:  # (a page may also trace a probe, or a lesson its own text)
-            raise BenchFailure(f"no trace had T={cap} (the traces had T={'/'.join(map(str, Ts))})")
+        seen_T, seen_params = [T for _, T in counter.calls[first_call:]], counter.params[first_call:]
+        Ts = sorted(set(seen_T))
+        # one trace must be the row's own: its model at its T (a page may also trace a probe, or a lesson its own text)
+        own = (cap, exp["cfg"].num_params())
+        if shape != "default" and Ts and own not in zip(seen_T, seen_params):
+            raise BenchFailure(f"no trace of {exp['label']} had T={cap} (the traces: "
+                               f"{_traces_text(seen_T, seen_params)})")
         t_label = "T=" + "/".join(map(str, Ts)) if Ts else "T=— (draws no trace)"
         label = f"{exp['label']} · {t_label} · {exp['tokenizer']}"
         for kind, (times, misses) in result.items():
@@ -139,7 +173,8 @@ def _bench_page(AppTest, page: str, shape: str, exp: dict, reps: int, base_ms: f
     return rows
 
 
-def bench_pages(quick: bool, shape: str) -> list[dict]:
+def bench_pages(quick: bool, shape: str, only: list[str] | None = None) -> list[dict]:
+    """The rows of every page the app serves (or of the pages named in ``only``, by file stem: lessons, home…)."""
     from streamlit import config
     from streamlit.testing.v1 import AppTest
 
@@ -150,10 +185,17 @@ def bench_pages(quick: bool, shape: str) -> list[dict]:
         exp = expected_model(shape)
     except BenchFailure as exc:
         return [failed(f"rerun · {shape} · every page", shape, str(exc))]
+    pages = app_pages()
+    if only:
+        unknown = sorted(set(only) - {Path(p).stem for p in pages})
+        if unknown:
+            return [failed(f"rerun · {shape} · {', '.join(unknown)}", shape,
+                           f"no such page (the pages: {', '.join(Path(p).stem for p in pages)})")]
+        pages = [p for p in pages if Path(p).stem in only]
     base_ms, n_base = _empty_script_ms(AppTest, reps)
     counter = TraceCounter()
     try:
-        for page in app_pages():
+        for page in pages:
             rows += _bench_page(AppTest, page, shape, exp, reps, base_ms, counter)
     finally:
         counter.close()
