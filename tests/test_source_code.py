@@ -82,6 +82,6 @@ def test_a_views_code_is_its_engine_functions_as_they_stand_in_the_file():
     assert all(line.strip() in files for line in shown.splitlines() if line.strip())
     assert shown.startswith("def shares(parts: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:\n")
     assert "\ndef logit_effect(model, layer: int, n: int) -> np.ndarray:\n" in shown
-    assert "return (whole.abs().sum(-1) - (whole - parts).abs().sum(-1)).clamp(min=0)" in shown
+    assert "return (whole.abs().sum(-1) - (whole - parts - PAIRWISE_EPS).abs().sum(-1)).clamp(min=CLIP)" in shown
     for fn in (contributions.shares, neurons.logit_effect):
         assert fn.__doc__.strip().splitlines()[0] not in shown
