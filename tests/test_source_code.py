@@ -85,3 +85,42 @@ def test_a_views_code_is_its_engine_functions_as_they_stand_in_the_file():
     assert "return (whole.abs().sum(-1) - (whole - parts - PAIRWISE_EPS).abs().sum(-1)).clamp(min=CLIP)" in shown
     for fn in (contributions.shares, neurons.logit_effect):
         assert fn.__doc__.strip().splitlines()[0] not in shown
+
+
+def test_sessions_starting_together_parse_the_source_one_at_a_time(monkeypatch):
+    """CPython 3.11's parser raised "SystemError: AST constructor recursion depth mismatch" when two sessions of a
+    class joining at once parsed gptviz's source together: the parses are serialised. Eight threads ask for the code
+    of eight functions at once (nothing cached), through a parser that records how many run at the same moment."""
+    import ast
+    import threading
+    import time
+
+    from gptviz.interp import contributions, neurons
+    from gptviz.model import gpt, layers
+    from gptviz.present import source_code
+
+    real, running, most = ast.parse, [0], [0]
+    lock = threading.Lock()
+
+    def slow_parse(source, *a, **k):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        try:
+            return real(source, *a, **k)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(source_code.ast, "parse", slow_parse)
+    source_code._statements.cache_clear()
+    fns = [gpt.Block.forward, gpt.GPT.run, layers.HeadsAttention.attend, layers.MLP.forward, layers.Norm.forward,
+           contributions.shares, neurons.logit_effect, gpt.CausalSelfAttention.forward]
+    threads = [threading.Thread(target=source_code.function_code, args=(fn,)) for fn in fns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    source_code._statements.cache_clear()
+    assert most[0] == 1

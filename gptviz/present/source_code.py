@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import threading
 from functools import lru_cache
 from typing import Callable, Optional
 
@@ -17,6 +18,16 @@ from ..config import ModelConfig
 from ..model import encoder_decoder, gpt, layers
 from ..run import loss
 from ..run.step_meta import split_name
+
+# CPython 3.11's parser is not safe in two threads at once: sessions starting together (a class joining) raised
+# "SystemError: AST constructor recursion depth mismatch" on a replica. One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def _parse(source: str) -> ast.Module:
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
 
 # rest of the hook name (without "blocks.{l}.") -> (function, anchor, statements of context before it)
 _NORM = {"hook_scale": 1, "hook_normalized": 0, "hook_out": 2}
@@ -64,7 +75,7 @@ def _encoder_table() -> dict[str, tuple[Callable, str, int]]:
 def _statements(fn: Callable) -> tuple[str, list[list[tuple[int, int]]]]:
     """The function's dedented source and, for every block of statements, each statement's (first, last) line."""
     source = textwrap.dedent(inspect.getsource(fn))
-    tree = ast.parse(source)
+    tree = _parse(source)
     blocks = []
     for node in ast.walk(tree):
         for field in ("body", "orelse"):
@@ -180,7 +191,7 @@ def function_code(*fns: Callable) -> str:
     parts = []
     for fn in fns:
         source, _ = _statements(fn)
-        tree = ast.parse(source)
+        tree = _parse(source)
         node = tree.body[0]
         lines = source.splitlines()
         body = node.body
