@@ -26,9 +26,9 @@ MLP_PAGE = "app_pages/neurons.py"  # an MLP opens on its neurons: the ones firin
 THRESHOLD = (0.01, 0.5, 0.04)  # the slider: lowest, highest, first (the LLM Transparency Tool starts at 0.04)
 HEADS_DRAWN = ("each head a node", "summed per token (LTT)")  # the first: gptviz's graph; the second: LTT's own
 
-FORMULA = (r"w(c_k \to y) = \frac{\max\big(0,\ \lVert y\rVert_1 - \lVert y - c_k\rVert_1\big)}"
-           r"{\sum_{m} \max\big(0,\ \lVert y\rVert_1 - \lVert y - c_m\rVert_1\big)},\qquad "
-           r"y = x + \sum_{h,\,j\le i} \underbrace{a^h_{ij}\, v^h_j W_O^h}_{c_{ijh}} + b_O")
+FORMULA = (r"w(c_k \to y) = \frac{\max\big(\varepsilon,\ \lVert y\rVert_1 - \lVert y - c_k\rVert_1\big)}"
+           r"{\sum_{m} \max\big(\varepsilon,\ \lVert y\rVert_1 - \lVert y - c_m\rVert_1\big)},\qquad "
+           r"y = x + \sum_{h,\,j} \underbrace{a^h_{ij}\, (v^h_j - b^h_V) W_O^h}_{c_{ijh}} + b_O + \sum_h b^h_V W_O^h")
 SENTENCE = ("Every layer adds to the residual stream: the stream it got (the *skip*), each head's output (which is a "
             "sum over the tokens it read from) and the MLP's. A term's share is how much closer it alone brings the "
             "stream to the new stream than nothing would, in L1 distance, cut at 0 and divided by the sum over the "
