@@ -313,3 +313,67 @@ def test_read_only_models_are_built_once_and_equal_fresh_ones():
     for (n, p), (_, q) in zip(a.named_parameters(), f.named_parameters()):
         assert torch.equal(p, q), n
     assert read_only_model(cfg, 0.5, "tanh").config.activation == "tanh"
+
+
+def _by_hand(cfg, b, init_std):
+    """Independently of gptviz's recorder: the loss (F.cross_entropy over the positions with a target), and per
+    layer the pre-activation (c_fc's output) and post-activation (c_proj's input) with their gradients, read by
+    forward hooks after a plain backward of that loss."""
+    model, seen = GPT(cfg.replace(init_std=init_std)), {}
+
+    def keep(key):
+        def hook(_mod, args, out=None):
+            t = args[0] if out is None else out
+            t.retain_grad()
+            seen[key] = t
+        return hook
+
+    hooks = []
+    for l, blk in enumerate(model.transformer.h):
+        hooks.append(blk.mlp.c_fc.register_forward_hook(keep(("pre", l))))
+        hooks.append(blk.mlp.c_proj.register_forward_pre_hook(keep(("post", l))))
+    logits = model.run(b.x, b.attention_mask)
+    loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), b.y.reshape(-1), ignore_index=-100)
+    loss.backward()
+    for h in hooks:
+        h.remove()
+    return float(loss.detach()), seen
+
+
+def test_one_pass_per_scale_gives_both_sweeps_as_plain_pytorch_computes_them(setup, padded):
+    """The page's one-pass sweeps, on a two-row batch whose row 1 is padded (only real tokens count): each
+    scale's loss is F.cross_entropy of a fresh model, and the saturation numbers (gelu_tanh: pre < −3; mean |∂L/∂pre|
+    and |∂L/∂post| over the real tokens, and their ratio) are those of c_fc's output and c_proj's input."""
+    cfg, _, _ = setup
+    assert cfg.activation == "gelu_tanh" and not cfg.gated_mlp
+    scales = (0.02, 0.5, 2.0)
+    losses, acts = study.sweeps(cfg, padded.x, padded.y, padded.attention_mask, scales=scales)
+    assert losses["scales"] == list(scales) and acts["scales"] == list(scales) and acts["activation"] == "gelu_tanh"
+    assert losses["ln_v"] == pytest.approx(math.log(76)) and losses["current_std"] == 0.02
+    real = padded.attention_mask == 1
+    for i, s in enumerate(scales):
+        loss, seen = _by_hand(cfg, padded, s)
+        assert losses["losses"][i] == pytest.approx(loss, rel=1e-5)
+        for l in range(cfg.n_layer):
+            pre, post = seen[("pre", l)], seen[("post", l)]
+            g_pre, g_post = float(pre.grad[real].abs().mean()), float(post.grad[real].abs().mean())
+            got = acts["layers"][l]
+            assert got["saturated"][i] == pytest.approx(float((pre.detach()[real] < -3).float().mean()), abs=1e-7)
+            assert got["grad_pre"][i] == pytest.approx(g_pre, rel=1e-4)
+            assert got["grad_post"][i] == pytest.approx(g_post, rel=1e-4)
+            assert got["pass_through"][i] == pytest.approx(g_pre / g_post, rel=1e-4)
+    assert losses["current_loss"] == losses["losses"][0]
+
+
+def test_a_model_whose_mlp_the_study_replaces_gets_only_the_loss_sweep(setup, padded):
+    """A gated MLP (the saturation study uses a plain one instead) or an attention-only model: the loss sweep is still
+    each fresh model's own cross-entropy, and there is no activation sweep of the model's own."""
+    cfg, _, _ = setup
+    for other in (cfg.replace(gated_mlp=True), cfg.replace(attn_only=True)):
+        losses, acts = study.sweeps(other, padded.x, padded.y, padded.attention_mask, scales=(0.02, 1.0))
+        assert acts is None
+        for i, s in enumerate((0.02, 1.0)):
+            with torch.no_grad():
+                logits = GPT(other.replace(init_std=s)).run(padded.x, padded.attention_mask)
+            ref = F.cross_entropy(logits.reshape(-1, 76), padded.y.reshape(-1), ignore_index=-100)
+            assert losses["losses"][i] == pytest.approx(float(ref), rel=1e-5)

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from ..model.gpt import GPT
+from ..model.hook_names import act_name
+from ..run.loss import loss_breakdown
 from ..run.trace import trace
 from .tasks import Task, TaskBatch
 
@@ -114,7 +116,11 @@ def loss_sweep(cfg: ModelConfig, x, y, attention_mask=None, scales: Sequence[flo
 
     Returns ``scales, losses, ln_v, current_std, current_loss``.
     """
-    losses = [initial_loss(cfg, x, y, attention_mask, s) for s in scales]
+    return _loss_sweep_of(cfg, x, y, attention_mask, scales, [initial_loss(cfg, x, y, attention_mask, s)
+                                                                 for s in scales])
+
+
+def _loss_sweep_of(cfg: ModelConfig, x, y, attention_mask, scales: Sequence[float], losses: list[float]) -> dict:
     cur = cfg.init_std
     near = [i for i, s in enumerate(scales) if math.isclose(s, cur, rel_tol=1e-9)]
     cur_loss = losses[near[0]] if near else initial_loss(cfg, x, y, attention_mask, cur)
@@ -273,19 +279,53 @@ def _hist(v: np.ndarray, lo: float, hi: float, bins: int) -> tuple[list[int], li
     return counts.tolist(), edges.tolist()
 
 
+class _MlpRecorder:
+    """Keeps each layer's MLP input to the activation (``hook_pre``) and its output (``hook_post``), nothing else:
+    the saturation study reads only these and their gradients."""
+
+    def __init__(self, n_layer: int):
+        self.kept = {act_name(step, l): None for l in range(n_layer) for step in ("pre", "post")}
+
+    def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        if name in self.kept:
+            self.kept[name] = x
+        return x
+
+
+def _mlp_acts_and_grads(model: GPT, x, y, m) -> tuple[dict, dict, float]:
+    """The MLP's ``hook_pre``/``hook_post`` of every layer and ∂loss/∂ each, the loss being ``trace``'s (the mean
+    over the positions with a target). The same numbers as ``trace(..., grads=True)``, without its bookkeeping and
+    without the weights' gradients: a 13-scale sweep on every text change stays quick."""
+    model.check_inputs(x, y, m)
+    rec = _MlpRecorder(model.config.n_layer)
+    with torch.enable_grad():
+        logits = model.run(x, m, rec=rec, train=False)
+        loss = loss_breakdown(logits, y)["loss"]
+        names = [n for n, t in rec.kept.items() if t is not None and t.requires_grad]
+        got = torch.autograd.grad(loss, [rec.kept[n] for n in names], allow_unused=True)
+    acts = {n: t.detach() for n, t in rec.kept.items() if t is not None}
+    return acts, {n: g for n, g in zip(names, got) if g is not None}, float(loss.detach())
+
+
 def _mlp_layers(cfg: ModelConfig, x, y, attention_mask, init_std, activation, bins: Optional[int]) -> list[dict]:
+    return _mlp_pass(cfg, x, y, attention_mask, init_std, activation, bins)[0]
+
+
+def _mlp_pass(cfg: ModelConfig, x, y, attention_mask, init_std, activation,
+              bins: Optional[int]) -> tuple[list[dict], float]:
+    """Each layer's saturation numbers (and histograms, given ``bins``), and the loss of the model studied."""
     x, y, m = _t(x), _t(y), _t(attention_mask)
     act = activation or cfg.activation
     if cfg.gated_mlp:  # saturation is a plain MLP's story: study one of the same shape (the gate multiplies it)
         cfg = cfg.replace(gated_mlp=False)
-    tr = trace(read_only_model(cfg, init_std, act), x, y, m, grads=True)
+    acts, grads, loss = _mlp_acts_and_grads(read_only_model(cfg, init_std, act), x, y, m)
     valid = _valid(x, m)
     layers = []
     for l in range(cfg.n_layer):
-        pre = tr[f"blocks.{l}.mlp.hook_pre"].detach()[valid]  # (N, d_mlp), real tokens only
-        post = tr[f"blocks.{l}.mlp.hook_post"].detach()[valid]
-        gpre = tr.grad(f"blocks.{l}.mlp.hook_pre")
-        gpost = tr.grad(f"blocks.{l}.mlp.hook_post")
+        pre = acts[act_name("pre", l)][valid]  # (N, d_mlp), real tokens only
+        post = acts[act_name("post", l)][valid]
+        gpre = grads.get(act_name("pre", l))
+        gpost = grads.get(act_name("post", l))
         g_pre = float(gpre[valid].abs().mean()) if gpre is not None else 0.0
         g_post = float(gpost[valid].abs().mean()) if gpost is not None else 0.0
         d = dict(layer=l, saturated=float(saturated(act, pre, post).float().mean()), grad_pre=g_pre, grad_post=g_post,
@@ -298,7 +338,7 @@ def _mlp_layers(cfg: ModelConfig, x, y, attention_mask, init_std, activation, bi
             qlo, qhi = (-1.0, 1.0) if act == "tanh" else (float(q.min()), float(q.max()))
             d["post_counts"], d["post_edges"] = _hist(q, qlo, qhi, bins)
         layers.append(d)
-    return layers
+    return layers, loss
 
 
 def activation_stats(cfg: ModelConfig, x, y, attention_mask=None, init_std: Optional[float] = None,
@@ -327,11 +367,28 @@ def activation_sweep(cfg: ModelConfig, x, y, attention_mask=None, scales: Sequen
     out = dict(has_mlp=has_mlp(cfg), activation=act, scales=[float(s) for s in scales], layers=[])
     if not out["has_mlp"]:
         return out
-    per_scale = [_mlp_layers(cfg, x, y, attention_mask, s, act, None) for s in scales]
-    for l in range(cfg.n_layer):
+    return _activation_sweep_of(out, [_mlp_layers(cfg, x, y, attention_mask, s, act, None) for s in scales])
+
+
+def _activation_sweep_of(out: dict, per_scale: list[list[dict]]) -> dict:
+    for l in range(len(per_scale[0])):
         out["layers"].append({k: [ps[l][k] for ps in per_scale]
                               for k in ("saturated", "grad_pre", "grad_post", "pass_through")})
     return out
+
+
+def sweeps(cfg: ModelConfig, x, y, attention_mask=None, scales: Sequence[float] = GRID) -> tuple[dict, Optional[dict]]:
+    """``loss_sweep`` and ``activation_sweep`` of the config's own activation, from one forward and backward pass
+    of each fresh model: the pass the saturation study makes gives the loss too. Only a plain MLP with an activation
+    the study knows is studied as it is; for any other model the second is None (``activation_sweep`` studies a
+    plain MLP of the same shape) and the first is ``loss_sweep``'s."""
+    act = cfg.activation
+    if not has_mlp(cfg) or cfg.gated_mlp or act not in SATURATION_WORDS:
+        return loss_sweep(cfg, x, y, attention_mask, scales), None
+    passes = [_mlp_pass(cfg, x, y, attention_mask, s, act, None) for s in scales]
+    losses = _loss_sweep_of(cfg, x, y, attention_mask, scales, [loss for _, loss in passes])
+    out = dict(has_mlp=True, activation=act, scales=[float(s) for s in scales], layers=[])
+    return losses, _activation_sweep_of(out, [layers for layers, _ in passes])
 
 
 # --------------------------------------------------------------------------- keeping the spread

@@ -43,8 +43,10 @@ def _fmt(s: float) -> str:
 
 # --------------------------------------------------------------------------- cached engine calls
 @st.cache_data(max_entries=16, show_spinner="Building 13 fresh models…")
-def _loss_sweep(cfg_json: str, x: tuple, y: tuple, mask: tuple) -> dict:
-    return study.loss_sweep(_cfg(cfg_json), x, y, mask)
+def _sweeps(cfg_json: str, x: tuple, y: tuple, mask: tuple) -> tuple[dict, dict | None]:
+    """The loss sweep and the saturation sweep of the model's own activation (None for a model whose MLP the
+    study replaces), from one pass of each fresh model: a new text costs 13 passes, not 26."""
+    return study.sweeps(_cfg(cfg_json), x, y, mask)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -112,7 +114,7 @@ def loss_sweep(ctx, *, key: str = "sweep") -> None:
     if _too_big(ctx, study.MAX_SWEEP_PARAMS, "the sweep over 13 fresh models"):
         return
     try:
-        sw = _loss_sweep(ctx.cfg_json, *_batch(ctx))
+        sw = _sweeps(ctx.cfg_json, *_batch(ctx))[0]
     except ValueError as exc:
         st.warning(f"The sweep could not run on this batch: {exc}")
         return
@@ -271,7 +273,9 @@ def saturation(ctx, *, key: str = "sat") -> None:
     for d in layers:
         plot(ctx, fi.histogram_figure(d, act, std), key=f"{key}.h{d['layer']}")
     plot(ctx, fi.grad_figure(stats), key=f"{key}.grad")
-    sweep = _act_sweep(ctx.cfg_json, *_batch(ctx), act)
+    sweep = _sweeps(ctx.cfg_json, *_batch(ctx))[1] if act == cfg.activation else None
+    if sweep is None:  # another activation than the model's, or a gated MLP: its own 13 passes
+        sweep = _act_sweep(ctx.cfg_json, *_batch(ctx), act)
     plot(ctx, fi.saturation_sweep_figure(sweep, chosen=float(std)), key=f"{key}.sweep")
     kind = "tanh" if act == "tanh" else "relu" if act == "relu" else "gelu"
     st.markdown(_SATURATION_TEXT[kind])
