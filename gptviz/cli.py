@@ -4,9 +4,9 @@
     gptviz report …                  one self-contained HTML report (``python -m gptviz.report``)
     gptviz train …                   trains a model (``python -m gptviz.train``)
 
-``gptviz app`` runs Streamlit in the folder of the app's own files (the clone, or gptviz/_bundled in a wheel), so
-the shipped ``.streamlit/config.toml`` applies; options after ``app`` go to ``streamlit run`` (``--server.port
-8502``).
+``gptviz app`` becomes Streamlit (exec), in the folder of the app's own files (the clone, or gptviz/_bundled in a
+wheel), so the shipped ``.streamlit/config.toml`` applies and a signal sent to it reaches the server; options after
+``app`` go to ``streamlit run`` (``--server.port 8502``).
 """
 from __future__ import annotations
 
@@ -30,6 +30,24 @@ def app_command(options: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *options]
 
 
+def run_app(options: Sequence[str] = ()) -> int:
+    """Become the Streamlit server (exec): a signal sent to ``gptviz app`` (Ctrl-C, a service manager's SIGTERM,
+    a test's terminate) reaches the server itself, and nothing is left running once it ends. A child process would
+    outlive its parent when the parent alone is stopped. Windows has no exec that keeps the process, so there the
+    server is a child, waited for."""
+    command = app_command(options)
+    if os.name == "nt":
+        try:
+            return subprocess.call(command, cwd=APP_SCRIPT.parent, env=os.environ.copy())
+        except KeyboardInterrupt:
+            return 0
+    os.chdir(APP_SCRIPT.parent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+    return 0  # not reached: exec replaces this process
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -37,10 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     what, rest = args[0], args[1:]
     if what == "app":
-        try:
-            return subprocess.call(app_command(rest), cwd=APP_SCRIPT.parent, env=os.environ.copy())
-        except KeyboardInterrupt:
-            return 0
+        return run_app(rest)
     if what == "report":
         from .present.report import main as report_main
         return report_main(rest, prog="gptviz report")

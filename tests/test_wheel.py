@@ -129,7 +129,7 @@ def test_gptviz_app_serves_home_in_a_browser(installed):
     require_browser()
     from playwright.sync_api import sync_playwright
 
-    bin_dir, _, elsewhere, env, _ = installed
+    bin_dir, _, elsewhere, env, purelib = installed
     port = _free_port()
     proc = subprocess.Popen([str(bin_dir / "gptviz"), "app", "--server.port", str(port), "--server.address",
                              "127.0.0.1"], cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -153,9 +153,25 @@ def test_gptviz_app_serves_home_in_a_browser(installed):
             browser.close()
         assert "gptviz: watch a GPT work" in text and "Loss on your text" in text
         assert "Traceback" not in text and "Error" not in text
-    finally:
+        # `gptviz app` became the server: the process we started is Streamlit itself, so one SIGTERM stops it
+        assert str(purelib / "gptviz" / "_bundled" / "app.py") in _cmdline(proc.pid)
         proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
+        assert proc.wait(20) is not None
+        left = [pid for pid in _pids() if "_bundled/app.py" in _cmdline(pid) and str(purelib) in _cmdline(pid)]
+        assert left == [], f"gptviz app left {len(left)} server process(es) running after SIGTERM: {left}"
+    finally:
+        if proc.poll() is None:
             proc.kill()
+            proc.wait(10)
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    """A process's command line ('' once it is gone): /proc/PID/cmdline, its NUL-separated arguments."""
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
