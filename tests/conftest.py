@@ -9,7 +9,22 @@ sys.path.insert(0, str(ROOT))
 
 # No test reads anything outside this repository: the tiktoken vocabularies ship in gptviz/text/data/tiktoken.
 
+from leftover_processes import leftovers, set_token  # tests/ is on sys.path (pytest puts conftest's folder there)
+
 from gptviz import GPT, ModelConfig
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """Set up first, torn down last: every process a test started must be gone once the session ends."""
+    if not Path("/proc/self/environ").exists():
+        yield
+        return
+    entry = set_token()
+    yield
+    left = leftovers(entry)
+    assert not left, (f"{len(left)} process(es) started by the tests were still running after the session (now "
+                      "killed): " + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in sorted(left.items())))
 
 # Together these use every value of every choice field.
 CONFIGS = {
