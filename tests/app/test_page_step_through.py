@@ -63,7 +63,11 @@ def test_a_step_can_be_edited_and_later_steps_follow():
     at = _show(at, "blocks.1.hook_resid_pre")
     ok(at)
     after = _z(at, "L1 residual stream in")
-    assert (after[2] == 3.0).all() and (after[:2] == before[:2]).all() and (after[3:] == before[3:]).all()
+    assert (after[2] == 3.0).all()  # the edit itself, exactly
+    # the other positions are untouched; the edited run is a new forward pass, which may split its work differently
+    # (threads, a slim or a full trace), so "untouched" is to float rounding: an edit that leaked would move them by ~3
+    assert np.allclose(after[:2], before[:2], rtol=0, atol=1e-6) and np.allclose(after[3:], before[3:], rtol=0,
+                                                                                  atol=1e-6)
     # later steps: the layer's output and the loss, as the model computes them with the same edit
     post_after = _z(_show(at, "blocks.1.hook_resid_post"), "L1 residual after MLP")
     assert np.allclose(post_after, edited["blocks.1.hook_resid_post"][0], atol=1e-5)
