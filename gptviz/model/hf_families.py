@@ -10,12 +10,14 @@ partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1: L
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
-from ..config import ModelConfig
+from ..config import MAX_PARAMS, ModelConfig
 from .hf_gpt2 import gpt2_state_dict_to_gptviz
 
 MAX_CONTEXT = 8192  # positions a loaded model is built for (its tables); a longer text is refused, not truncated
@@ -31,74 +33,200 @@ class Family:
     shapes: Callable[[ModelConfig], dict[str, tuple]]  # the Hugging Face tensor names and shapes it needs
     convert: Callable[[Callable[[str], torch.Tensor], ModelConfig], dict]  # (tensor by its HF name) -> gptviz dict
     note: Optional[Callable[[ModelConfig], str]] = None  # what a reader must know of how gptviz holds this family
+    names: dict[str, str] = field(default_factory=dict)  # gptviz's config field -> the config.json key it comes from
 
 
 # --------------------------------------------------------------------------- reading config.json
-def _get(d: dict, *names, default=None):
-    for n in names:
-        if d.get(n) is not None:
-            return d[n]
-    return default
+# Every value a family reads is checked here, for its type and its range, before a ModelConfig is made: a wrong
+# value is a ValueError that names the config.json key (never a TypeError, a ZeroDivisionError … from deeper down).
+# A null value is read as an absent one. A size above the parameter limit can't fit whatever the other sizes are.
+_REQUIRED = object()
 
 
-def _rope(d: dict) -> tuple[float, float]:
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _bad(key: str, value, rule: str) -> ValueError:
+    return ValueError(f"config.json's {key}={_show(value)} {rule}")
+
+
+def _pick(d: dict, keys: tuple[str, ...]) -> tuple[str, object]:
+    """(the key, its value) of the first of ``keys`` with a value (not null); (the first key, None) if none has."""
+    for k in keys:
+        if d.get(k) is not None:
+            return k, d[k]
+    return keys[0], None
+
+
+def _int(d: dict, *keys: str, default=_REQUIRED, low: int = 1, high: Optional[int] = MAX_PARAMS,
+         within: str = "") -> Optional[int]:
+    """A whole number (not true/false, not 2.0) from the first of ``keys`` that has one, in ``[low, high]``;
+    ``default`` when none has (a KeyError, which the loader reports as missing, if there is no default)."""
+    key, value = _pick(d, keys)
+    if value is None:
+        if default is _REQUIRED:
+            raise KeyError(within + key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(within + key, value, "must be a whole number")
+    if value < low:
+        raise _bad(within + key, value, f"must be at least {low}")
+    if high is not None and value > high:
+        raise _bad(within + key, value, f"must be at most {high:,}")
+    return value
+
+
+def _float(d: dict, *keys: str, default, above: float, at_most: float = math.inf, within: str = "") -> float:
+    """A finite number (a whole one too, not true/false) above ``above`` and at most ``at_most``."""
+    key, value = _pick(d, keys)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(within + key, value, "must be a finite number")
+    if not above < value <= at_most:
+        rule = f"must be above {above:g}" + (f" and at most {at_most:g}" if math.isfinite(at_most) else "")
+        raise _bad(within + key, value, rule)
+    return float(value)
+
+
+def _flag(d: dict, key: str, default: bool) -> bool:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(key, value, "must be true or false")
+    return value
+
+
+def _text(d: dict, key: str, default: Optional[str] = None, within: str = "") -> Optional[str]:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _bad(within + key, value, "must be a string")
+    return value
+
+
+def _object(d: dict, key: str) -> dict:
+    value = d.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(key, value, "must be a JSON object")
+    return value
+
+
+def _rope(d: dict, pct_default: float = 1.0) -> tuple[float, float]:
     """(rope_theta, partial rotary factor), from ``rope_parameters`` (transformers 5) or the older keys; a rope
     scaling gptviz does not compute is refused."""
-    params = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
-    scaling = d.get("rope_scaling")
-    kind = params.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    params, scaling = _object(d, "rope_parameters"), _object(d, "rope_scaling")
+    kinds = (("rope_parameters.rope_type", _text(params, "rope_type", within="rope_parameters.")),
+             ("rope_scaling.rope_type", _text(scaling, "rope_type", within="rope_scaling.")),
+             ("rope_scaling.type", _text(scaling, "type", within="rope_scaling.")))
+    key, kind = next(((k, v) for k, v in kinds if v), (None, None))
     if kind not in (None, "default"):
-        raise ValueError(f"this model scales its rotary positions ({kind!r}); gptviz computes plain rotary positions "
-                         "only")
-    theta = _get(params, "rope_theta") or _get(d, "rope_theta", "rotary_emb_base", default=10000.0)
-    pct = _get(params, "partial_rotary_factor") or _get(d, "partial_rotary_factor", "rotary_pct", default=1.0)
-    return float(theta), float(pct)
+        raise ValueError(f"config.json's {key}={_show(kind)}: this model scales its rotary positions, and gptviz "
+                         "computes plain rotary positions only")
+    theta = _float(params, "rope_theta", default=None, above=1.0, within="rope_parameters.")
+    if theta is None:
+        theta = _float(d, "rope_theta", "rotary_emb_base", default=10000.0, above=1.0)
+    pct = _float(params, "partial_rotary_factor", default=None, above=0.0, at_most=1.0, within="rope_parameters.")
+    if pct is None:
+        pct = _float(d, "partial_rotary_factor", "rotary_pct", default=pct_default, above=0.0, at_most=1.0)
+    return theta, pct
 
 
-def _activation(d: dict, key: str = "hidden_act") -> str:
-    act = d.get(key, "gelu")
+def _activation(d: dict, key: str = "hidden_act", default: str = "gelu") -> str:
+    """The activation ``key`` names (``default``, the family's own as transformers has it, where it names none)."""
+    act = _text(d, key, default)
     if act not in _ACTIVATIONS:
-        raise ValueError(f"{key}={act!r} has no gptviz equivalent (gptviz has {', '.join(sorted(_ACTIVATIONS))})")
+        raise ValueError(f"{key}={_show(act)} has no gptviz equivalent (gptviz has {', '.join(sorted(_ACTIVATIONS))})")
     return _ACTIVATIONS[act]
 
 
-def _context(d: dict, *keys: str) -> int:
-    n = int(_get(d, *keys, default=2048))
-    window = d.get("sliding_window") if d.get("use_sliding_window", True) else None
-    if isinstance(window, int) and window > 0:  # within the window, sliding-window attention is causal attention
-        n = min(n, window)
-    return max(1, min(n, MAX_CONTEXT))
+def _context(d: dict, *keys: str, window: Optional[int] = None, use_window: bool = True) -> int:
+    """The positions the model is built for: its context (``keys``), at most its sliding window (``window`` and
+    ``use_window`` are the family's defaults where config.json says nothing; ``"sliding_window": null`` says there
+    is none) and at most MAX_CONTEXT."""
+    n = _int(d, *keys, default=2048, high=None)
+    window = _int(d, "sliding_window", default=None if "sliding_window" in d else window, high=None)
+    if window is not None and _flag(d, "use_sliding_window", use_window):  # within the window, sliding-window
+        n = min(n, window)  # attention is causal attention
+    return min(n, MAX_CONTEXT)
+
+
+def _build(names: dict[str, str], **fields) -> ModelConfig:
+    """``ModelConfig(**fields)``; where it refuses (n_head not divisible by n_kv_head, an odd d_head for rotary …)
+    the message also says which config.json keys those gptviz fields come from (``names``)."""
+    try:
+        return ModelConfig(**fields)
+    except ValueError as exc:
+        raise ValueError(in_config_terms(str(exc), names)) from None
+
+
+def in_config_terms(message: str, names: dict[str, str]) -> str:
+    """``message`` about gptviz's config fields, with what each field it names is in config.json (``names``)."""
+    said = [f"{ours} is {theirs}" for ours, theirs in names.items()
+            if ours != theirs and re.search(rf"(?<![\w.']){ours}\b", message)]
+    return f"{message} (in config.json: {'; '.join(said)})" if said else message
+
+
+_GPT2_NAMES = {"block_size": "n_positions", "d_mlp": "n_inner", "ln_eps": "layer_norm_epsilon",
+               "init_std": "initializer_range", "d_head": "n_embd / n_head"}
+_LLAMA_NAMES = {"block_size": "max_position_embeddings", "n_layer": "num_hidden_layers",
+                "n_head": "num_attention_heads", "n_kv_head": "num_key_value_heads", "n_embd": "hidden_size",
+                "d_mlp": "intermediate_size", "d_head": "head_dim (or hidden_size / num_attention_heads)",
+                "rope_base": "rope_theta", "rotary_pct": "partial_rotary_factor", "ln_eps": "rms_norm_eps",
+                "init_std": "initializer_range"}
+_NEOX_NAMES = {**_LLAMA_NAMES, "d_head": "hidden_size / num_attention_heads", "ln_eps": "layer_norm_eps",
+               "rotary_pct": "rotary_pct (or partial_rotary_factor)"}
+_GEMMA_NAMES = {**_LLAMA_NAMES, "d_head": "head_dim"}
 
 
 def _gpt2_config(d: dict) -> ModelConfig:
     for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
-        if d.get(flag):
+        if _flag(d, flag, False):
             raise ValueError(f"{flag}=true is not supported: gptviz computes attention as GPT-2 does")
-    if d.get("scale_attn_weights") is False:
+    if not _flag(d, "scale_attn_weights", True):
         raise ValueError("scale_attn_weights=false is not supported: gptviz always divides by √d_head")
-    C = int(d["n_embd"])
-    return ModelConfig(vocab_size=int(d["vocab_size"]), block_size=_context(d, "n_positions", "n_ctx"),
-                       n_layer=int(d["n_layer"]), n_head=int(d["n_head"]), n_embd=C,
-                       d_mlp=int(d.get("n_inner") or 4 * C), activation=_activation(d, "activation_function"),
-                       ln_eps=float(d.get("layer_norm_epsilon", 1e-5)), bias=True, qkv_bias=True,
-                       tie_weights=bool(d.get("tie_word_embeddings", True)),
-                       init_std=float(d.get("initializer_range", 0.02)))
+    C = _int(d, "n_embd")
+    return _build(_GPT2_NAMES, vocab_size=_int(d, "vocab_size"), block_size=_context(d, "n_positions", "n_ctx"),
+                  n_layer=_int(d, "n_layer"), n_head=_int(d, "n_head"), n_embd=C,
+                  d_mlp=_int(d, "n_inner", default=None) or 4 * C,
+                  activation=_activation(d, "activation_function", "gelu_new"),
+                  ln_eps=_float(d, "layer_norm_epsilon", default=1e-5, above=0.0), bias=True, qkv_bias=True,
+                  tie_weights=_flag(d, "tie_word_embeddings", True),
+                  init_std=_float(d, "initializer_range", default=0.02, above=0.0))
 
 
-def _llama_config(d: dict, qwen: bool = False) -> ModelConfig:
-    if d.get("mlp_bias"):
+def _llama_config(d: dict, qwen: bool = False, names: dict[str, str] = _LLAMA_NAMES,
+                  window: Optional[int] = None) -> ModelConfig:
+    """Llama, and Mistral (``window``: its default sliding window) and Qwen2 (``qwen``: biases on q, k and v, none on
+    the output projection, and a sliding window only where ``use_sliding_window`` says so)."""
+    if _flag(d, "mlp_bias", False):
         raise ValueError("mlp_bias=true is not supported: gptviz's Llama-family MLP has no biases")
     theta, pct = _rope(d)
-    C, nh = int(d["hidden_size"]), int(d["num_attention_heads"])
-    attn_bias = True if qwen else bool(d.get("attention_bias", False))
-    return ModelConfig(
-        vocab_size=int(d["vocab_size"]), block_size=_context(d, "max_position_embeddings"),
-        n_layer=int(d["num_hidden_layers"]), n_head=nh, n_kv_head=int(d.get("num_key_value_heads") or nh),
-        n_embd=C, d_head=int(d.get("head_dim") or C // nh), d_mlp=int(d["intermediate_size"]), norm="rmsnorm",
-        pos_encoding="rope", rope_base=theta, rotary_pct=pct, activation=_activation(d), gated_mlp=True,
-        bias=False, qkv_bias=attn_bias, attn_proj_bias=False if qwen else attn_bias,
-        tie_weights=bool(d.get("tie_word_embeddings", False)), ln_eps=float(d.get("rms_norm_eps", 1e-6)),
-        init_std=float(d.get("initializer_range", 0.02)))
+    C, nh = _int(d, "hidden_size"), _int(d, "num_attention_heads")
+    nkv = _int(d, "num_key_value_heads", default=nh)
+    if nh % nkv:
+        raise ValueError(f"config.json's num_attention_heads={nh} must be divisible by num_key_value_heads={nkv}: "
+                         "each key/value head serves the same number of query heads")
+    d_head = _int(d, "head_dim", default=None)
+    if d_head is None and nh > C:
+        raise ValueError(f"config.json's num_attention_heads={nh} is more than its hidden_size={C}, and it has no "
+                         "head_dim: each head would be hidden_size / num_attention_heads = 0 wide")
+    attn_bias = True if qwen else _flag(d, "attention_bias", False)
+    return _build(
+        names, vocab_size=_int(d, "vocab_size"),
+        block_size=_context(d, "max_position_embeddings", window=window, use_window=not qwen),
+        n_layer=_int(d, "num_hidden_layers"), n_head=nh, n_kv_head=nkv, n_embd=C,
+        d_head=d_head or C // nh, d_mlp=_int(d, "intermediate_size"), norm="rmsnorm", pos_encoding="rope",
+        rope_base=theta, rotary_pct=pct, activation=_activation(d, default="silu"), gated_mlp=True, bias=False,
+        qkv_bias=attn_bias, attn_proj_bias=False if qwen else attn_bias,
+        tie_weights=_flag(d, "tie_word_embeddings", False), ln_eps=_float(d, "rms_norm_eps", default=1e-6, above=0.0),
+        init_std=_float(d, "initializer_range", default=0.02, above=0.0))
 
 
 def _gemma_activation(d: dict) -> str:
@@ -106,9 +234,9 @@ def _gemma_activation(d: dict) -> str:
     where "gelu" stands for its tanh approximation (Gemma's first configs said "gelu" for the approximation they
     were trained with); transformers 4.38-4.4x read ``hidden_activation`` instead when it is set. Where the two
     keys name different functions, gptviz refuses rather than pick one."""
-    act = d.get("hidden_act") or "gelu_pytorch_tanh"
+    act = _text(d, "hidden_act") or "gelu_pytorch_tanh"
     act = "gelu_pytorch_tanh" if act == "gelu" else act  # the name transformers runs, as hidden_act
-    named = d.get("hidden_activation")
+    named = _text(d, "hidden_activation")
     if named is not None and _activation(d, "hidden_activation") != _activation({"hidden_act": act}):
         raise ValueError(f"hidden_act={d.get('hidden_act')!r} and hidden_activation={named!r} name different "
                          "activations (transformers' versions differ on which one Gemma uses): keep one of them")
@@ -117,30 +245,31 @@ def _gemma_activation(d: dict) -> str:
 
 def _gemma_config(d: dict) -> ModelConfig:
     """Gemma 1 (``model_type`` "gemma"; Gemma 2 and 3 are other model types, which gptviz does not open)."""
-    if d.get("use_bidirectional_attention"):
+    if _flag(d, "use_bidirectional_attention", False):
         raise ValueError("use_bidirectional_attention=true is not supported: gptviz computes causal attention")
     for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
         if d.get(key) is not None:
             raise ValueError(f"{key} is Gemma 2's, which gptviz does not open: this config says model_type "
                              "'gemma' (Gemma 1), which has none")
-    if d.get("tie_word_embeddings") is not None and not d["tie_word_embeddings"]:
+    if not _flag(d, "tie_word_embeddings", True):
         raise ValueError("tie_word_embeddings=false is not supported for gemma: gptviz opens Gemma with its "
                          "unembedding tied to its embedding table, as every Gemma 1 model is")
     # head_dim is read, never worked out: Gemma's is its own (256 in the released models, not hidden/heads)
-    d = {**d, "head_dim": int(d["head_dim"]), "hidden_act": _gemma_activation(d), "tie_word_embeddings": False}
-    return _llama_config(d)
+    d = {**d, "head_dim": _int(d, "head_dim"), "hidden_act": _gemma_activation(d), "tie_word_embeddings": False}
+    return _llama_config(d, names=_GEMMA_NAMES)
 
 
 def _neox_config(d: dict) -> ModelConfig:
-    theta, pct = _rope(d)
-    attn_bias = bool(d.get("attention_bias", True))
-    return ModelConfig(
-        vocab_size=int(d["vocab_size"]), block_size=_context(d, "max_position_embeddings"),
-        n_layer=int(d["num_hidden_layers"]), n_head=int(d["num_attention_heads"]), n_embd=int(d["hidden_size"]),
-        d_mlp=int(d["intermediate_size"]), norm="layernorm", pos_encoding="rope", rope_base=theta, rotary_pct=pct,
-        parallel_attn=bool(d.get("use_parallel_residual", True)), activation=_activation(d), bias=True,
-        qkv_bias=attn_bias, attn_proj_bias=attn_bias, tie_weights=bool(d.get("tie_word_embeddings", False)),
-        ln_eps=float(d.get("layer_norm_eps", 1e-5)), init_std=float(d.get("initializer_range", 0.02)))
+    theta, pct = _rope(d, pct_default=0.25)  # GPT-NeoX's default, as transformers has it (Pythia's rotary_pct)
+    attn_bias = _flag(d, "attention_bias", True)
+    return _build(
+        _NEOX_NAMES, vocab_size=_int(d, "vocab_size"), block_size=_context(d, "max_position_embeddings"),
+        n_layer=_int(d, "num_hidden_layers"), n_head=_int(d, "num_attention_heads"), n_embd=_int(d, "hidden_size"),
+        d_mlp=_int(d, "intermediate_size"), norm="layernorm", pos_encoding="rope", rope_base=theta, rotary_pct=pct,
+        parallel_attn=_flag(d, "use_parallel_residual", True), activation=_activation(d), bias=True,
+        qkv_bias=attn_bias, attn_proj_bias=attn_bias, tie_weights=_flag(d, "tie_word_embeddings", False),
+        ln_eps=_float(d, "layer_norm_eps", default=1e-5, above=0.0),
+        init_std=_float(d, "initializer_range", default=0.02, above=0.0))
 
 
 # --------------------------------------------------------------------------- the tensors each family needs
@@ -285,12 +414,13 @@ def _neox_convert(get, c: ModelConfig) -> dict:
 
 
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family(_gpt2_config, _gpt2_shapes, _gpt2_convert),
-    "llama": Family(_llama_config, _llama_shapes, _llama_convert),
-    "mistral": Family(_llama_config, _llama_shapes, _llama_convert),
-    "qwen2": Family(lambda d: _llama_config(d, qwen=True), _llama_shapes, _llama_convert),
-    "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert),
+    "gpt2": Family(_gpt2_config, _gpt2_shapes, _gpt2_convert, names=_GPT2_NAMES),
+    "llama": Family(_llama_config, _llama_shapes, _llama_convert, names=_LLAMA_NAMES),
+    "mistral": Family(lambda d: _llama_config(d, window=4096), _llama_shapes, _llama_convert, names=_LLAMA_NAMES),
+    "qwen2": Family(lambda d: _llama_config(d, qwen=True), _llama_shapes, _llama_convert, names=_LLAMA_NAMES),
+    "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert, names=_NEOX_NAMES),
     "gemma": Family(_gemma_config, _gemma_shapes, _gemma_convert, lambda c: (
         f"Gemma multiplies each token's embedding by √{c.n_embd} before the first block and unembeds with its table "
-        f"unscaled: here W_E is that table times √{c.n_embd} and W_U the table itself, so they are shown untied.")),
+        f"unscaled: here W_E is that table times √{c.n_embd} and W_U the table itself, so they are shown untied."),
+        names=_GEMMA_NAMES),
 }

@@ -9,7 +9,9 @@ attention's repeat, the gated MLP) added.
 
 Loading is safe and checked before anything big is allocated:
 
-- ``config.json`` is capped in size and every size in it goes through ``ModelConfig`` and ``check_limits``;
+- ``config.json`` is capped in size; every value a family reads is checked for its type and range (a ValueError
+  naming the key), then every size goes through ``ModelConfig`` and ``check_limits``;
+- ``tokenizer.json`` is read next: a token id with no row in the model's embedding is refused there and then;
 - weights are read as safetensors only (no pickle), each shard's header first: every tensor the family needs
   must be there, floating point and of the shape the config says, before a single tensor is read;
 - a shard's file name must be a plain name in the folder.
@@ -32,7 +34,7 @@ import torch
 from ..config import ModelConfig
 from ..text.hf_tokenizer import HFTokenizer
 from .gpt import GPT
-from .hf_families import FAMILIES
+from .hf_families import FAMILIES, in_config_terms
 from .hf_gpt2 import load_state
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -63,16 +65,20 @@ def model_config(folder: Union[str, Path]) -> tuple[ModelConfig, str]:
     nothing else is read."""
     d = _read_json(Path(folder) / "config.json", MAX_CONFIG_BYTES, "config.json")
     family = d.get("model_type")
-    if family not in FAMILIES:
-        raise ValueError(f"model_type={family!r} is not a family gptviz opens (it opens "
+    if not isinstance(family, str) or family not in FAMILIES:
+        shown = repr(family) if len(repr(family)) <= 60 else repr(family)[:57] + "…"
+        raise ValueError(f"config.json's model_type={shown} is not a family gptviz opens (it opens "
                          f"{', '.join(sorted(FAMILIES))})")
     try:
         cfg = FAMILIES[family].config(d)
     except KeyError as exc:
         raise ValueError(f"config.json lacks {exc.args[0]!r}, which a {family} model needs") from None
-    except (TypeError, OverflowError) as exc:
+    except (TypeError, OverflowError) as exc:  # every value is checked first: this is a net, never the way out
         raise ValueError(f"config.json has a value of the wrong type ({exc})") from None
-    cfg.check_limits(batch=1, seq_len=1)
+    try:
+        cfg.check_limits(batch=1, seq_len=1)
+    except ValueError as exc:
+        raise ValueError(in_config_terms(str(exc), FAMILIES[family].names)) from None
     return cfg, family
 
 
@@ -140,8 +146,15 @@ def load_folder(folder: Union[str, Path]) -> GPT:
     it is read."""
     folder = Path(folder)
     cfg, family = model_config(folder)
+    return _load(folder, cfg, family)
+
+
+def _load(folder: Path, cfg: ModelConfig, family: str) -> GPT:
     fam = FAMILIES[family]
     table = _tensor_table(_shards(folder))
+    if cfg.n_layer > len(table):  # each layer has tensors of its own: refused before a list of them is made
+        raise ValueError(f"config.json's {fam.names.get('n_layer', 'n_layer')}={cfg.n_layer:,} asks for more layers "
+                         f"than the weights hold tensors ({len(table):,})")
     stored = {k: k for k in table}  # the name a tensor is stored under
     if family == "gpt2":  # GPT-2 files name tensors with or without the "transformer." prefix
         stored = {k.removeprefix("transformer."): k for k in table}
@@ -174,17 +187,31 @@ def load_folder(folder: Union[str, Path]) -> GPT:
     return model
 
 
+def folder_tokenizer(folder: Union[str, Path], cfg: ModelConfig) -> Optional[HFTokenizer]:
+    """The folder's ``tokenizer.json`` (None if it has none), refused when one of its token ids (the largest in its
+    vocabulary, or one its post-processor adds) has no row in the model's embedding: checked when the folder opens,
+    not when that token first turns up in a text."""
+    tok_file = Path(folder) / "tokenizer.json"
+    if not tok_file.is_file():
+        return None
+    tok = HFTokenizer.from_file(tok_file, name=Path(folder).name)
+    if tok.vocab_size > cfg.vocab_size:
+        top = tok.vocab_size - 1
+        raise ValueError(f"tokenizer.json has token id {top:,} ({tok.token_str(top)!r}), outside the model's "
+                         f"vocabulary: config.json's vocab_size={cfg.vocab_size:,} gives the embedding rows "
+                         f"0 to {cfg.vocab_size - 1:,} only")
+    return tok
+
+
 def from_pretrained(path_or_repo_id: Union[str, Path]) -> tuple[GPT, Optional[HFTokenizer]]:
     """``(model, tokenizer)`` for a Hugging Face model folder (or a hub repo id, where there is a network): GPT-2,
     Llama, Mistral, Qwen2, GPT-NeoX or Gemma 1. The tokenizer is the folder's ``tokenizer.json`` read by ``tokenizers``
-    (None if the folder has none). Every failure is a ValueError that says what to change."""
+    (None if the folder has none). Every failure is a ValueError that says what to change; config.json and
+    tokenizer.json are checked before a weight is read."""
     folder = resolve_folder(path_or_repo_id)
-    model = load_folder(folder)
-    tok_file = folder / "tokenizer.json"
-    tok = HFTokenizer.from_file(tok_file, name=folder.name) if tok_file.is_file() else None
-    if tok is not None and tok.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer.json has {tok.vocab_size:,} tokens but the model only {model.config.vocab_size:,}")
-    return model, tok
+    cfg, family = model_config(folder)
+    tok = folder_tokenizer(folder, cfg)
+    return _load(folder, cfg, family), tok
 
 
 UPLOAD_FILES = ("config.json", "tokenizer.json", "model.safetensors.index.json")  # and any *.safetensors

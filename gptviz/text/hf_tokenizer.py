@@ -18,6 +18,8 @@ from .tokenizers import EOT, visible
 MAX_TOKENIZER_BYTES = 64_000_000  # a tokenizer.json larger than this is refused unread (Llama 3's is ~9 MB)
 # What a model's end-of-text token is called, by family, most common first.
 EOS_NAMES = (EOT, "</s>", "<|im_end|>", "<eos>", "<|end_of_text|>", "<|eot_id|>")
+# A text each tokenizer.json encodes when it is read: words it may lack, digits, punctuation, accents, CJK, emoji.
+PROBE = "The cat sat, 42 times! naïve Ünïcode 注意 🙂\n\tend"
 
 
 @lru_cache(maxsize=1)
@@ -44,7 +46,10 @@ class HFTokenizer:
     def __init__(self, tok, name: str = "tokenizer.json"):
         self._tok = tok
         self.name = name
-        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        # the ids run from 0 to the largest, gaps included (what the page's id ranges and checks need); a count of
+        # the tokens would be smaller than the largest id where the vocabulary has gaps
+        ids = list(tok.get_vocab(with_added_tokens=True).values()) + list(tok.encode(PROBE).ids)
+        self.vocab_size = max(ids, default=-1) + 1
         self.eot_id = next((i for i in (tok.token_to_id(n) for n in EOS_NAMES) if i is not None), -1)
         decoder = json.loads(tok.to_str()).get("decoder") or {}
         kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders") or [] if isinstance(d, dict)}
@@ -67,6 +72,16 @@ class HFTokenizer:
             tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # noqa: BLE001 - the library raises its own Exception subclasses
             raise ValueError(f"tokenizer.json can't be read by the tokenizers library: {str(exc)[:200]}") from None
+        # as transformers encodes by default: no padding to a length, no truncation (a file's padding to a fixed
+        # length would have every text, and the probe below, padded to it: a billion ids if it says so)
+        tok.no_padding()
+        tok.no_truncation()
+        if tok.get_vocab_size(with_added_tokens=True) == 0:
+            raise ValueError("tokenizer.json's model has an empty vocab: it has no tokens")
+        try:  # what it is told to do on the first text (an unknown token it lacks, say) fails here, not on a page
+            tok.decode(tok.encode(PROBE).ids, skip_special_tokens=False)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise ValueError(f"tokenizer.json can't encode text: {str(exc)[:200]}") from None
         return cls(tok, name or path.parent.name or "tokenizer.json")
 
     def encode(self, text: str) -> list[int]:
