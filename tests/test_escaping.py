@@ -219,14 +219,16 @@ def test_the_initialisation_study_never_changes_torch_threads(monkeypatch):
 
     monkeypatch.setattr(study, "initial_loss", spy(study.initial_loss))
     monkeypatch.setattr(study, "trace", spy(study.trace))
+    monkeypatch.setattr(study, "_mlp_acts_and_grads", spy(study._mlp_acts_and_grads))  # the saturation passes
     monkeypatch.setattr(loop, "train", spy(loop.train))
     torch.set_num_threads(target)
     try:
         study.loss_sweep(cfg, b.x, b.y, b.attention_mask)
         study.activation_sweep(cfg, b.x, b.y, b.attention_mask, scales=(0.02, 1.0), activation="tanh")
         study.residual_stds(cfg, b.x, b.attention_mask)
+        study.sweeps(cfg, b.x, b.y, b.attention_mask, scales=(0.02, 1.0))
         study.training_curves(cfg, b.x[0].tolist() * 6, scales=(0.02,), steps=3)
         assert torch.get_num_threads() == target
-        assert len(seen) >= 13 + 2 + 1 + 1 and set(seen) == {target}
+        assert len(seen) >= 13 + 2 + 1 + 2 + 1 and set(seen) == {target}
     finally:
         torch.set_num_threads(before)
