@@ -44,9 +44,9 @@ def test_training_lowers_the_loss(name, layers, steps, drop):
     assert h.eval_loss[-1] < h.eval_loss[0] - drop, (h.eval_loss[0], h.eval_loss[-1])
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the original is untouched
     assert trained is not model and not trained.training
-    # seeded: the same run again gives the same numbers
-    _, h2 = train(model, task, TrainConfig(steps=steps, batch_size=32, lr=1e-2, eval_every=20, snapshot_every=20))
-    assert h2.loss == h.loss
+    if name == "sort":  # seeded: the same run again gives the same numbers (once is enough: it is the same loop)
+        _, h2 = train(model, task, TrainConfig(steps=steps, batch_size=32, lr=1e-2, eval_every=20, snapshot_every=20))
+        assert h2.loss == h.loss
 
 
 def test_snapshots_replay_the_pattern_forming():
@@ -86,12 +86,16 @@ def test_shipped_sort_checkpoint_sorts_unseen_sequences():
     assert ck.meta["task"] == "sort" and ck.tokenizer.vocab == task.tokenizer.vocab
     b = task.batch(500, torch.Generator().manual_seed(12345))  # a seed training never used
     L = task.length
-    correct = total = 0
-    for row in b.x[:, : L + 1].tolist():
-        out = [s.token for s in generate(ck.model, row, L, greedy=True)]
-        correct += sum(int(a == e) for a, e in zip(out, sorted(row[:L])))
-        total += L
-    assert correct / total >= 0.99, correct / total
+    # greedy decoding of all 500 prompts at once: L forward passes of the whole batch (every row has the same
+    # length, so nothing is padded) in place of 500 × L passes of one row
+    x = b.x[:, : L + 1]
+    with torch.no_grad():
+        for _ in range(L):
+            x = torch.cat([x, ck.model.run(x)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    out, want = x[:, L + 1:], b.x[:, :L].sort(dim=1).values
+    assert (out == want).float().mean() >= 0.99, float((out == want).float().mean())
+    for row in range(0, 500, 125):  # and the app's own generate() gives the same tokens, one row at a time
+        assert [s.token for s in generate(ck.model, b.x[row, : L + 1].tolist(), L, greedy=True)] == out[row].tolist()
 
 
 def test_shipped_induction_checkpoint_has_an_induction_head():
