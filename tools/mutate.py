@@ -13,14 +13,18 @@ only collected the tests (a process that has run a multi-threaded torch op canno
 forever on OpenMP's threads), one at a time by default (--max-children). A mutant is *killed* when one of those
 tests fails, *survived* when they all pass (the tests cannot tell it from the real code: look at it with --show or
 `mutmut show NAME`), *timeout* when they run far longer than usual (it counts as caught), *no tests* when no chosen
-test calls its function.
+test calls its function. mutmut's time limit is wall-clock: on a loaded machine a mutant whose tests merely ran slowly
+is a "timeout", counted as caught. Run it on a quiet machine, and look at every timeout (`mutmut show NAME`): a real
+one is a loop that never ends. A child pays for every import the collection did not make: a test file that builds
+models imports `torch._dynamo` at its top (GPT's first build imports it, about 10 s), so the forked children don't.
 
     score = (killed + timeout) / (total - no tests - skipped - not checked)
 
 Browser tests (marker `browser`) never run; the Streamlit page tests (tests/app) run only when named in --tests.
 mutants/ is wiped before each run unless --keep is given and the last run was of the same modules and tests (then
-mutmut retests only the functions that changed and the tests that are new; a test that changed is NOT rerun on the
-mutants it already let through: use a fresh run to be sure). Needs `pip install -r requirements-dev.txt`."""
+mutmut retests only the functions whose code changed; a survivor is NOT retested against tests added since: name it,
+`mutmut run NAME …` inside mutants/' parent, or make a fresh run to be sure).
+Needs `pip install -r requirements-dev.txt`."""
 from __future__ import annotations
 
 import argparse
@@ -132,7 +136,7 @@ def prepare_folder(target: dict, keep: bool) -> None:
         except ValueError:
             same = False
         if same:
-            print("[mutate] reusing mutants/ (--keep): only changed functions and new tests rerun", flush=True)
+            print("[mutate] reusing mutants/ (--keep): only the functions whose code changed rerun", flush=True)
             return
         print("[mutate] --keep: the last run was of other modules or tests, starting afresh", flush=True)
     if MUTANTS.exists():
