@@ -28,6 +28,10 @@ OLD_ADDRESSES = [  # (address, the page's title)
     ("Who_did_it?preset=checkpoint:%20shakespeare", "Who did it"),
 ]
 
+# the addresses whose whole run is waited for and checked for an exception: a fresh server's first visit, Home, and
+# a shared link to a checkpoint; for the others the title and the navigation are what an old address must give
+WHOLE_RUN = {OLD_ADDRESSES[0][0], "", "Who_did_it?preset=checkpoint:%20shakespeare"}
+
 NAV_JS = """() => {
   const nav = document.querySelector('[data-testid="stSidebarNav"]');
   return {text: nav ? nav.innerText : '',
@@ -44,8 +48,9 @@ def test_every_old_page_address_opens_its_page_in_the_grouped_navigation(server,
             page.goto(f"{server}/{address}", wait_until="domcontentloaded")
             page.wait_for_function(f"() => document.title.startsWith({title!r} + ' · gptviz')", timeout=60_000)
             page.wait_for_selector('[data-testid="stSidebarNavLink"]', timeout=30_000)
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                                   timeout=90_000)  # the run is over
+            if address in WHOLE_RUN:  # the run is over (every page's own run is checked by test_browser.py)
+                page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                                       timeout=90_000)
             nav = page.evaluate(NAV_JS)
             links = [line.split("\n")[-1] for line in nav["links"]]
             assert "app" not in links, (address, nav)
