@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
+from perturbed_models import perturbed
 
-from gptviz import GPT, ModelConfig, trace
+from gptviz import ModelConfig, trace
 from gptviz.interp import attribution
 from gptviz.interp.attribution import attention_rollout, integrated_gradients
 
@@ -21,21 +22,6 @@ pytest.importorskip("captum")
 TINY = ModelConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8)
 DROPOUT = ModelConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8, dropout=0.5)
 
-
-def perturbed(cfg: ModelConfig, seed: int = 0) -> GPT:
-    """A model far from its initialisation (every weight drawn anew with standard deviation 0.5, biases and norm
-    weights moved by as much), so the logit is clearly nonlinear in the token embeddings and a few-point quadrature
-    differs from a many-point one."""
-    torch.manual_seed(seed)
-    m = GPT(cfg)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn(p.shape, generator=g) * 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return m
 
 
 def rollout_by_hand(patterns, valid_rows=None):

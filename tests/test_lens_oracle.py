@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
+from perturbed_models import perturbed
 
 from gptviz import GPT, ModelConfig, trace
 from gptviz.interp import lens as lens_mod
@@ -25,27 +26,12 @@ from gptviz.interp.lens import (
     resid_points,
     top_contributors,
 )
-from gptviz.model.build import build_model
 
 LN = ModelConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=8, tie_weights=False, head_bias=True)
 RMS = ModelConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=8, norm="rmsnorm", bias=False,
                   pos_encoding="sinusoidal")
 POST = ModelConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=8, norm_placement="post")
 
-
-def perturbed(cfg: ModelConfig, seed: int = 0):
-    """A model whose every weight is drawn anew (std 0.5) and whose biases and norm weights are moved, so γ, β and
-    lm_head's bias all matter."""
-    torch.manual_seed(seed)
-    m = build_model(cfg)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn(p.shape, generator=g) * 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return m
 
 
 def ids(cfg, B=3, T=6, seed=1):
