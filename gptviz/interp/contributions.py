@@ -137,49 +137,50 @@ class Contributions:
     def _get(self, step: str, l: int) -> torch.Tensor:
         return _t(self.trace[act_name(step, l)])[self.b, : self.n_pos].to(self.dtype)
 
-    @torch.no_grad()
     def compute(self, l: int, positions) -> None:
         """Work out layer ``l``'s shares at ``positions`` (those not known yet)."""
-        todo = sorted({int(i) for i in positions if (l, int(i)) not in self._attn_skip})
-        if not todo:
-            return
-        T, H, C = self.n_pos, self.n_head, self.model.config.n_embd
-        x, out = self._get("resid_pre", l), self._get("attn_out", l)
-        y = x + out
-        m_out = self._get("mlp_out", l) if self.kind != "attn_only" else None
-        if self.kind == "parallel":
-            y = y + m_out
-        u = head_sources(self.model, self.trace, self.b, l, self.dtype, self.value_bias)[:T]  # (T, H, C)
-        pattern = _t(self.trace[act_name("pattern", l)])[self.b, :, :T, :T].to(self.dtype)  # (H, T, T)
-        step = max(1, CHUNK_ELEMENTS // max(1, (todo[-1] + 1) * H * C))
-        for c0 in range(0, len(todo), step):
-            q = torch.tensor(todo[c0:c0 + step])
-            k = int(q.max()) + 1
-            a = pattern[:, q, :k].permute(1, 2, 0)  # (q, k, H)
-            yq = y[q]
-            # ‖c_{ijh} − y + ε‖₁ with c_{ijh} = a_{ijh} u_{jh}, in one pass that writes (q, k, H, C) once
-            far = torch.addcmul((yq - PAIRWISE_EPS)[:, None, None, :], a[..., None], u[None, :k],
-                                value=-1.0).abs_().sum(-1)
-            s_heads = (yq.abs().sum(-1)[:, None, None] - far).clamp(min=CLIP)  # (q, k, H), as shares() would
-            # the keys after k (after every query of the chunk): c = 0, so each scores as a zero vector does
-            later = shares(torch.zeros_like(yq), yq) * ((T - k) * H)
-            s_skip = shares(x[q], yq)
-            s_mlp = shares(m_out[q], yq) if self.kind == "parallel" else torch.zeros_like(s_skip)
-            s_heads, s_skip, s_mlp = _norm([s_heads, s_skip, s_mlp], s_heads.sum((1, 2)) + later + s_skip + s_mlp)
-            for r, i in enumerate(q.tolist()):
-                self._attn[l, i] = s_heads[r, : i + 1].double().numpy()
-                self._attn_skip[l, i] = float(s_skip[r])
-                if self.kind == "parallel":
-                    self._mlp[l, i] = float(s_mlp[r])
-        if self.kind == "sequential":  # the stream the MLP read and added to: x + out, or its norm in a post-norm block
-            q = torch.tensor(todo)
-            xm = self._get("resid_mid", l)[q]
-            ym = xm + m_out[q]
-            s_m, s_x = shares(m_out[q], ym), shares(xm, ym)
-            s_m, s_x = _norm([s_m, s_x], s_m + s_x)
-            for r, i in enumerate(todo):
-                self._mlp[l, i], self._mlp_skip[l, i] = float(s_m[r]), float(s_x[r])
-        self.rows_computed += len(todo)
+        with torch.no_grad():
+            todo = sorted({int(i) for i in positions if (l, int(i)) not in self._attn_skip})
+            if not todo:
+                return
+            T, H, C = self.n_pos, self.n_head, self.model.config.n_embd
+            x, out = self._get("resid_pre", l), self._get("attn_out", l)
+            y = x + out
+            m_out = self._get("mlp_out", l) if self.kind != "attn_only" else None
+            if self.kind == "parallel":
+                y = y + m_out
+            u = head_sources(self.model, self.trace, self.b, l, self.dtype, self.value_bias)[:T]  # (T, H, C)
+            pattern = _t(self.trace[act_name("pattern", l)])[self.b, :, :T, :T].to(self.dtype)  # (H, T, T)
+            step = max(1, CHUNK_ELEMENTS // max(1, (todo[-1] + 1) * H * C))
+            for c0 in range(0, len(todo), step):
+                q = torch.tensor(todo[c0:c0 + step])
+                k = int(q.max()) + 1
+                a = pattern[:, q, :k].permute(1, 2, 0)  # (q, k, H)
+                yq = y[q]
+                # ‖c_{ijh} − y + ε‖₁ with c_{ijh} = a_{ijh} u_{jh}, in one pass that writes (q, k, H, C) once
+                far = torch.addcmul((yq - PAIRWISE_EPS)[:, None, None, :], a[..., None], u[None, :k],
+                                    value=-1.0).abs_().sum(-1)
+                s_heads = (yq.abs().sum(-1)[:, None, None] - far).clamp(min=CLIP)  # (q, k, H), as shares() would
+                # the keys after k (after every query of the chunk): c = 0, so each scores as a zero vector does
+                later = shares(torch.zeros_like(yq), yq) * ((T - k) * H)
+                s_skip = shares(x[q], yq)
+                s_mlp = shares(m_out[q], yq) if self.kind == "parallel" else torch.zeros_like(s_skip)
+                s_heads, s_skip, s_mlp = _norm([s_heads, s_skip, s_mlp], s_heads.sum((1, 2)) + later + s_skip + s_mlp)
+                for r, i in enumerate(q.tolist()):
+                    self._attn[l, i] = s_heads[r, : i + 1].double().numpy()
+                    self._attn_skip[l, i] = float(s_skip[r])
+                    if self.kind == "parallel":
+                        self._mlp[l, i] = float(s_mlp[r])
+            # the stream the MLP read and added to: x + out, or its norm in a post-norm block
+            if self.kind == "sequential":
+                q = torch.tensor(todo)
+                xm = self._get("resid_mid", l)[q]
+                ym = xm + m_out[q]
+                s_m, s_x = shares(m_out[q], ym), shares(xm, ym)
+                s_m, s_x = _norm([s_m, s_x], s_m + s_x)
+                for r, i in enumerate(todo):
+                    self._mlp[l, i], self._mlp_skip[l, i] = float(s_m[r]), float(s_x[r])
+            self.rows_computed += len(todo)
 
     def _row(self, table: dict, l: int, i: int):
         if (l, i) not in self._attn_skip:

@@ -113,22 +113,22 @@ def repeated_probe(vocab_size: int, n: int = 32, batch: int = 8, seed: int = 0,
     return torch.stack(rows)
 
 
-@torch.no_grad()
 def probe(model, n: int = 32, batch: int = 8, seed: int = 0, avoid: tuple[int, ...] = ()) -> dict:
     """Run ``model`` on the repeated-random probe. Returns every kind's (n_layer, n_head) scores and the
     mean loss on the first and second copy (the second copy can be predicted only by looking back)."""
-    from ..run.trace import trace
+    with torch.no_grad():
+        from ..run.trace import trace
 
-    n = min(n, model.config.block_size // 2)
-    idx = repeated_probe(model.config.vocab_size, n, batch, seed, avoid)
-    tr = trace(model, idx)
-    pats = np.stack([tr[f"blocks.{l}.attn.hook_pattern"].cpu().numpy() for l in range(model.config.n_layer)])
-    pats = pats.transpose(0, 2, 1, 3, 4)  # (L, B, H, T, T) -> (L, H, B, T, T)
-    scores = head_scores(pats, idx.numpy())
-    logp = torch.log_softmax(tr["hook_logits"].float(), -1)
-    nll = -logp[:, :-1].gather(-1, idx[:, 1:, None])[..., 0]  # (B, 2n-1): predicting token t+1
-    return {"scores": scores, "loss_first": float(nll[:, : n - 1].mean()), "loss_second": float(nll[:, n:].mean()),
-            "n": n, "batch": batch}
+        n = min(n, model.config.block_size // 2)
+        idx = repeated_probe(model.config.vocab_size, n, batch, seed, avoid)
+        tr = trace(model, idx)
+        pats = np.stack([tr[f"blocks.{l}.attn.hook_pattern"].cpu().numpy() for l in range(model.config.n_layer)])
+        pats = pats.transpose(0, 2, 1, 3, 4)  # (L, B, H, T, T) -> (L, H, B, T, T)
+        scores = head_scores(pats, idx.numpy())
+        logp = torch.log_softmax(tr["hook_logits"].float(), -1)
+        nll = -logp[:, :-1].gather(-1, idx[:, 1:, None])[..., 0]  # (B, 2n-1): predicting token t+1
+        return {"scores": scores, "loss_first": float(nll[:, : n - 1].mean()), "loss_second": float(nll[:, n:].mean()),
+                "n": n, "batch": batch}
 
 
 def best_labels(scores: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -51,12 +51,12 @@ def resid_points(cfg) -> list[tuple[str, str]]:
     return pts
 
 
-@torch.no_grad()
 def _unembed(model: GPT, x: torch.Tensor) -> torch.Tensor:
     """The model's own last two steps: the final norm (with x's own mean and scale) and lm_head."""
-    if "ln_f" in model.transformer:
-        x = model.transformer.ln_f(x)
-    return model.lm_head(x)
+    with torch.no_grad():
+        if "ln_f" in model.transformer:
+            x = model.transformer.ln_f(x)
+        return model.lm_head(x)
 
 
 def _rows(rows) -> Union[slice, list[int]]:
@@ -222,7 +222,6 @@ def _token_ids(trace, tokens: Tokens, shape: tuple[int, int], vocab: int) -> tor
     return ids
 
 
-@torch.no_grad()
 def decompose(trace, model: GPT, tokens: Tokens = "target", at: Optional[tuple[int, int]] = None):
     """Direct logit attribution: ``(labels, contributions, bias)`` with
     ``contributions.sum(0) + bias == logits[b, t, tokens[b, t]]``.
@@ -250,80 +249,81 @@ def decompose(trace, model: GPT, tokens: Tokens = "target", at: Optional[tuple[i
 
     Only pre-norm models can be split like this: raises ValueError for a post-norm model.
     """
-    model = _check(trace, model)
-    cfg = model.config
-    if cfg.norm_placement != "pre" or "ln_f" not in model.transformer:
-        raise ValueError(
-            "direct logit attribution needs a pre-norm model: with norm_placement='post' every block renormalises "
-            "the stream, so the logit is not a sum of what each part wrote. Choose norm_placement='pre'."
-        )
-    L = cfg.n_layer
-    x_final = _t(trace[f"blocks.{L - 1}.hook_resid_post"])
-    ids = _token_ids(trace, tokens, tuple(x_final.shape[:2]), cfg.vocab_size)
-    if at is not None:
-        b, t = (int(i) for i in at)
-        if not (0 <= b < ids.shape[0] and 0 <= t < ids.shape[1]):
-            raise ValueError(f"at={at} is outside the trace's batch of shape {tuple(ids.shape)}")
-        ids = ids[b:b + 1, t:t + 1]
+    with torch.no_grad():
+        model = _check(trace, model)
+        cfg = model.config
+        if cfg.norm_placement != "pre" or "ln_f" not in model.transformer:
+            raise ValueError(
+                "direct logit attribution needs a pre-norm model: with norm_placement='post' every block renormalises "
+                "the stream, so the logit is not a sum of what each part wrote. Choose norm_placement='pre'."
+            )
+        L = cfg.n_layer
+        x_final = _t(trace[f"blocks.{L - 1}.hook_resid_post"])
+        ids = _token_ids(trace, tokens, tuple(x_final.shape[:2]), cfg.vocab_size)
+        if at is not None:
+            b, t = (int(i) for i in at)
+            if not (0 <= b < ids.shape[0] and 0 <= t < ids.shape[1]):
+                raise ValueError(f"at={at} is outside the trace's batch of shape {tuple(ids.shape)}")
+            ids = ids[b:b + 1, t:t + 1]
 
-    def read(name: str) -> torch.Tensor:  # a step, at (b, t) only if asked
-        v = _t(trace[name])
-        return v if at is None else v[b:b + 1, t:t + 1]
+        def read(name: str) -> torch.Tensor:  # a step, at (b, t) only if asked
+            v = _t(trace[name])
+            return v if at is None else v[b:b + 1, t:t + 1]
 
-    x_final = read(f"blocks.{L - 1}.hook_resid_post")
-    B, T, C = x_final.shape
-    valid = ids != -100
+        x_final = read(f"blocks.{L - 1}.hook_resid_post")
+        B, T, C = x_final.shape
+        valid = ids != -100
 
-    dt = torch.float64
-    ln = model.transformer.ln_f
-    u = model.lm_head.weight[ids.clamp(min=0)].to(dt)  # (B, T, C): the unembedding row of each token (rows first:
-    # converting the whole unembedding of a big vocabulary to float64 would cost more than everything else)
-    d = u * ln.weight.to(dt)
-    if cfg.norm == "layernorm":  # (c - mean c) · d == c · (d - mean d)
-        d = d - d.mean(-1, keepdim=True)
-    d = d / read("ln_final.hook_scale").to(dt)  # (B, T, 1) the scale the model actually used
-    bias = (u * ln.bias.to(dt)).sum(-1) if ln.bias is not None else torch.zeros(B, T, dtype=dt)
-    if model.lm_head.bias is not None:
-        bias = bias + model.lm_head.bias[ids.clamp(min=0)].to(dt)
+        dt = torch.float64
+        ln = model.transformer.ln_f
+        u = model.lm_head.weight[ids.clamp(min=0)].to(dt)  # (B, T, C): the unembedding row of each token (rows first:
+        # converting the whole unembedding of a big vocabulary to float64 would cost more than everything else)
+        d = u * ln.weight.to(dt)
+        if cfg.norm == "layernorm":  # (c - mean c) · d == c · (d - mean d)
+            d = d - d.mean(-1, keepdim=True)
+        d = d / read("ln_final.hook_scale").to(dt)  # (B, T, 1) the scale the model actually used
+        bias = (u * ln.bias.to(dt)).sum(-1) if ln.bias is not None else torch.zeros(B, T, dtype=dt)
+        if model.lm_head.bias is not None:
+            bias = bias + model.lm_head.bias[ids.clamp(min=0)].to(dt)
 
-    rows, stream = [], torch.zeros(B, T, C, dtype=dt)
+        rows, stream = [], torch.zeros(B, T, C, dtype=dt)
 
-    def add(vec: torch.Tensor) -> None:  # a component's vector in the residual stream, (B, T, C) or (C,)
-        nonlocal stream
-        vec = vec.to(dt)
-        stream = stream + vec
-        rows.append((vec * d).sum(-1) if vec.dim() == 3 else (d @ vec))
+        def add(vec: torch.Tensor) -> None:  # a component's vector in the residual stream, (B, T, C) or (C,)
+            nonlocal stream
+            vec = vec.to(dt)
+            stream = stream + vec
+            rows.append((vec * d).sum(-1) if vec.dim() == 3 else (d @ vec))
 
-    add(read("hook_embed"))
-    if cfg.pos_encoding in ("learned", "sinusoidal"):
-        add(read("hook_pos_embed"))
-    nh, hs = cfg.n_head, cfg.d_head
-    for l in range(L):
-        attn = model.transformer.h[l].attn
-        # GPT / encoder-decoder (gptviz.model.encoder_decoder)
-        proj = attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj
-        W_O = proj.weight.to(dt).view(C, nh, hs)  # column block h is head h's W_O
-        z = read(f"blocks.{l}.attn.hook_z").to(dt)  # (B, T, nh, hs)
-        e = torch.einsum("btc,cnh->btnh", d, W_O)  # d pulled back through each head's W_O
-        rows.extend((z * e).sum(-1).unbind(-1))  # (B, T) per head
-        stream = stream + torch.einsum("btnh,cnh->btc", z, W_O)
-        if proj.bias is not None:
-            add(proj.bias)
-        if getattr(cfg, "n_enc_layer", -1) >= 0:
-            add(read(f"blocks.{l}.hook_cross_out"))
-        if not getattr(cfg, "attn_only", False):
-            add(read(f"blocks.{l}.hook_mlp_out"))
-    labels = [c.label for c in components(cfg)]
-    rest = x_final.to(dt) - stream
-    if float(rest.abs().max()) > 1e-4 * (1.0 + float(x_final.abs().max())):
-        rows.append((rest * d).sum(-1))
-        labels.append(REST_LABEL)
-    contrib = torch.stack(rows)
-    nan = torch.tensor(float("nan"), dtype=dt)
-    contrib = torch.where(valid[None], contrib, nan)
-    bias = torch.where(valid, bias, nan)
-    out_dt = x_final.dtype
-    return labels, _out(contrib.to(out_dt), trace.is_numpy), _out(bias.to(out_dt), trace.is_numpy)
+        add(read("hook_embed"))
+        if cfg.pos_encoding in ("learned", "sinusoidal"):
+            add(read("hook_pos_embed"))
+        nh, hs = cfg.n_head, cfg.d_head
+        for l in range(L):
+            attn = model.transformer.h[l].attn
+            # GPT / encoder-decoder (gptviz.model.encoder_decoder)
+            proj = attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj
+            W_O = proj.weight.to(dt).view(C, nh, hs)  # column block h is head h's W_O
+            z = read(f"blocks.{l}.attn.hook_z").to(dt)  # (B, T, nh, hs)
+            e = torch.einsum("btc,cnh->btnh", d, W_O)  # d pulled back through each head's W_O
+            rows.extend((z * e).sum(-1).unbind(-1))  # (B, T) per head
+            stream = stream + torch.einsum("btnh,cnh->btc", z, W_O)
+            if proj.bias is not None:
+                add(proj.bias)
+            if getattr(cfg, "n_enc_layer", -1) >= 0:
+                add(read(f"blocks.{l}.hook_cross_out"))
+            if not getattr(cfg, "attn_only", False):
+                add(read(f"blocks.{l}.hook_mlp_out"))
+        labels = [c.label for c in components(cfg)]
+        rest = x_final.to(dt) - stream
+        if float(rest.abs().max()) > 1e-4 * (1.0 + float(x_final.abs().max())):
+            rows.append((rest * d).sum(-1))
+            labels.append(REST_LABEL)
+        contrib = torch.stack(rows)
+        nan = torch.tensor(float("nan"), dtype=dt)
+        contrib = torch.where(valid[None], contrib, nan)
+        bias = torch.where(valid, bias, nan)
+        out_dt = x_final.dtype
+        return labels, _out(contrib.to(out_dt), trace.is_numpy), _out(bias.to(out_dt), trace.is_numpy)
 
 
 def top_contributors(labels: Sequence[str], values: np.ndarray, n: int = 3) -> tuple[list, list]:

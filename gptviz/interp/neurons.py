@@ -90,34 +90,34 @@ def corpus_windows(tok, vocab_size: int, n_windows: int, ctx_len: int) -> np.nda
     return np.asarray(rows, dtype=np.int32)
 
 
-@torch.no_grad()
 def collect(model, windows: np.ndarray, rows_per_pass: int = ROWS_PER_PASS,
             progress: Optional[Callable[[float], None]] = None) -> np.ndarray:
     """Every neuron's activation (``blocks.l.mlp.hook_post``) at every position of ``windows``:
     ``(n_layer, n_windows * ctx_len, d_mlp)`` float32, position ``w * ctx_len + t`` being token ``t`` of window
     ``w``. Each window is its own sequence. The model is only read. ``progress(fraction)`` after each pass."""
-    cfg = model.config
-    reason = why_no_neurons(cfg)
-    if reason:
-        raise ValueError(reason)
-    W, T = windows.shape
-    names = {act_name("post", layer): layer for layer in range(cfg.n_layer)}
-    out = np.empty((cfg.n_layer, W * T, cfg.d_mlp), dtype=np.float32)
-    step = max(1, int(rows_per_pass))
-    for i in range(0, W, step):
-        x = torch.as_tensor(np.asarray(windows[i:i + step]), dtype=torch.long)
-        rows = x.shape[0]
+    with torch.no_grad():
+        cfg = model.config
+        reason = why_no_neurons(cfg)
+        if reason:
+            raise ValueError(reason)
+        W, T = windows.shape
+        names = {act_name("post", layer): layer for layer in range(cfg.n_layer)}
+        out = np.empty((cfg.n_layer, W * T, cfg.d_mlp), dtype=np.float32)
+        step = max(1, int(rows_per_pass))
+        for i in range(0, W, step):
+            x = torch.as_tensor(np.asarray(windows[i:i + step]), dtype=torch.long)
+            rows = x.shape[0]
 
-        def rec(name, t, i=i, rows=rows):
-            layer = names.get(name)
-            if layer is not None:
-                out[layer, i * T:(i + rows) * T] = t.detach().float().reshape(rows * T, -1).cpu().numpy()
-            return t
+            def rec(name, t, i=i, rows=rows):
+                layer = names.get(name)
+                if layer is not None:
+                    out[layer, i * T:(i + rows) * T] = t.detach().float().reshape(rows * T, -1).cpu().numpy()
+                return t
 
-        model.run(x, rec=rec)
-        if progress is not None:
-            progress(min(1.0, (i + rows) / W))
-    return out
+            model.run(x, rec=rec)
+            if progress is not None:
+                progress(min(1.0, (i + rows) / W))
+        return out
 
 
 @dataclass
@@ -228,22 +228,22 @@ def _unembedding(model) -> torch.Tensor:
     return model.lm_head.weight  # (V, C): row v is W_U[v] (tied or not)
 
 
-@torch.no_grad()
 def logit_effect(model, layer: int, n: int) -> np.ndarray:
     """What one unit of neuron ``n`` of ``layer`` adds to every logit directly, ``(V,)``: ``W_out[:, n]`` (its
     column of ``mlp.c_proj``) through the final norm's weight γ (centred first for LayerNorm, as the norm
     centres its input) and the unembedding. The norm's ``1/scale`` at a position, a positive number, is left out."""
-    cfg = model.config
-    if why_no_neurons(cfg):
-        raise ValueError(why_no_neurons(cfg))
-    if not 0 <= int(layer) < cfg.n_layer or not 0 <= int(n) < cfg.d_mlp:
-        raise ValueError(f"no neuron {n} in layer {layer}: layers 0..{cfg.n_layer - 1}, neurons 0..{cfg.d_mlp - 1}")
-    w = model.transformer.h[int(layer)].mlp.c_proj.weight[:, int(n)].float()  # (C,)
-    if "ln_f" in model.transformer:
-        if cfg.norm == "layernorm":
-            w = w - w.mean()
-        w = w * model.transformer.ln_f.weight.float()
-    return (_unembedding(model).float() @ w).numpy()
+    with torch.no_grad():
+        cfg = model.config
+        if why_no_neurons(cfg):
+            raise ValueError(why_no_neurons(cfg))
+        if not 0 <= int(layer) < cfg.n_layer or not 0 <= int(n) < cfg.d_mlp:
+            raise ValueError(f"no neuron {n} in layer {layer}: layers 0..{cfg.n_layer - 1}, neurons 0..{cfg.d_mlp - 1}")
+        w = model.transformer.h[int(layer)].mlp.c_proj.weight[:, int(n)].float()  # (C,)
+        if "ln_f" in model.transformer:
+            if cfg.norm == "layernorm":
+                w = w - w.mean()
+            w = w * model.transformer.ln_f.weight.float()
+        return (_unembedding(model).float() @ w).numpy()
 
 
 def promoted(model, layer: int, n: int, k: int = 10) -> tuple[list[int], list[float], list[int], list[float]]:

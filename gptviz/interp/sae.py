@@ -95,10 +95,10 @@ class SparseAutoencoder(nn.Module):
                              f"{self.n_features - 1})")
         return self.W_dec[int(feature)].detach()
 
-    @torch.no_grad()
     def normalise_decoder(self) -> None:
         """Give every decoder row unit norm (the encoder is left as it is)."""
-        self.W_dec.div_(self.W_dec.norm(dim=-1, keepdim=True).clamp(min=1e-8))
+        with torch.no_grad():
+            self.W_dec.div_(self.W_dec.norm(dim=-1, keepdim=True).clamp(min=1e-8))
 
     # ------------------------------------------------------------------ the file
     def header(self) -> dict[str, str]:
@@ -216,20 +216,20 @@ def load_snippets(path: Union[str, Path]) -> tuple[dict, dict]:
 
 
 # --------------------------------------------------------------------------- what a feature writes
-@torch.no_grad()
 def direction_logits(model, direction: torch.Tensor) -> torch.Tensor:
     """``(V,)``: how much writing ``direction`` into the final residual stream moves each token's logit, through the
     final norm's linear part as the logit lens and direct logit attribution read it: ``W_U (γ ⊙ (d − mean d))`` for
     a LayerNorm (no centring for RMSNorm; the norm's scale and shift are the same for every token's logit, so they
     leave the order alone and are left out), ``W_U d`` for a model without a final norm."""
-    d = torch.as_tensor(direction).float()
-    ln = model.transformer["ln_f"] if "ln_f" in model.transformer else None
-    if ln is not None:
-        if model.config.norm == "layernorm":
-            d = d - d.mean()
-        if getattr(ln, "weight", None) is not None:
-            d = d * ln.weight.float()
-    return model.lm_head.weight.float() @ d
+    with torch.no_grad():
+        d = torch.as_tensor(direction).float()
+        ln = model.transformer["ln_f"] if "ln_f" in model.transformer else None
+        if ln is not None:
+            if model.config.norm == "layernorm":
+                d = d - d.mean()
+            if getattr(ln, "weight", None) is not None:
+                d = d * ln.weight.float()
+        return model.lm_head.weight.float() @ d
 
 
 # --------------------------------------------------------------------------- steering
@@ -243,27 +243,27 @@ def steering_edit(vector: torch.Tensor, alpha: float) -> Callable[[torch.Tensor]
     return add
 
 
-@torch.no_grad()
 def greedy(model, ids: list[int], steps: int, edits: Optional[dict] = None) -> list[int]:
     """``steps`` tokens after ``ids``, each the most likely one, with ``edits`` (functions, as ``trace`` takes them)
     applied to the whole context at every step. The context is the last ``block_size`` tokens. Only the edited
     steps are looked at (no trace is kept), so it is as quick as plain generation."""
-    if not ids:
-        raise ValueError("generation needs a prompt of at least one token")
-    edits = dict(edits or {})
-    unknown = sorted(set(edits) - set(trace(model, torch.tensor([list(ids)[-1:]])).keys()))
-    if unknown:
-        raise ValueError(f"cannot edit {', '.join(map(repr, unknown))}: no such step in this model")
+    with torch.no_grad():
+        if not ids:
+            raise ValueError("generation needs a prompt of at least one token")
+        edits = dict(edits or {})
+        unknown = sorted(set(edits) - set(trace(model, torch.tensor([list(ids)[-1:]])).keys()))
+        if unknown:
+            raise ValueError(f"cannot edit {', '.join(map(repr, unknown))}: no such step in this model")
 
-    def rec(name: str, t: torch.Tensor) -> torch.Tensor:  # trace's edits, without recording every step
-        return edits[name](t.clone()) if name in edits else t
+        def rec(name: str, t: torch.Tensor) -> torch.Tensor:  # trace's edits, without recording every step
+            return edits[name](t.clone()) if name in edits else t
 
-    ctx, out, B = list(ids), [], model.config.block_size
-    for _ in range(int(steps)):
-        x = torch.tensor([ctx[-B:]], dtype=torch.long)
-        model.check_inputs(x)
-        logits = model.run(x, rec=rec)[0, -1]
-        nxt = int(logits.argmax())
-        ctx.append(nxt)
-        out.append(nxt)
-    return out
+        ctx, out, B = list(ids), [], model.config.block_size
+        for _ in range(int(steps)):
+            x = torch.tensor([ctx[-B:]], dtype=torch.long)
+            model.check_inputs(x)
+            logits = model.run(x, rec=rec)[0, -1]
+            nxt = int(logits.argmax())
+            ctx.append(nxt)
+            out.append(nxt)
+        return out
