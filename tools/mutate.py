@@ -4,6 +4,7 @@ given module(s), with only the tests that matter for them.
     python -m tools.mutate gptviz/live/store.py --tests tests/test_live_store.py
     python -m tools.mutate gptviz/interp/contributions.py --tests tests/test_contributions.py --show
     python -m tools.mutate gptviz/interp/contributions.py      # the tests are guessed (printed first)
+    python -m tools.mutate gptviz/interp/lens.py --functions decompose _unembed --tests tests/test_lens_oracle.py
 
 What it does: mutmut copies gptviz/ and the files of `also_copy` into mutants/, rewrites the module so each of its
 functions can be swapped for a mutant (a changed operator, constant, argument...), runs the chosen test files once
@@ -51,6 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tests", nargs="+", metavar="TEST",
                    help="test files or node ids to run (default: the tests/test_*.py whose name holds the module's "
                         "name or whose text imports it)")
+    p.add_argument("--functions", nargs="+", metavar="NAME",
+                   help="only these functions' mutants, as written: decompose, Contributions.compute (the counts "
+                        "are of these functions only)")
     p.add_argument("--max-children", type=int, default=1,
                    help="mutants tested at once (default 1: the machine is shared)")
     p.add_argument("--keep", action="store_true",
@@ -145,7 +149,19 @@ def prepare_folder(target: dict, keep: bool) -> None:
     MARKER.write_text(json.dumps(target))
 
 
-def run_mutmut(modules: list[str], tests: list[str], max_children: int) -> int:
+def mutant_patterns(functions: list[str]) -> list[str]:
+    """mutmut's name patterns for the mutants of ``functions`` (``decompose`` → ``*.x_decompose__mutmut_*``,
+    ``Contributions.compute`` → ``*.xǁContributionsǁcompute__mutmut_*``), or a SystemExit for a malformed name."""
+    out = []
+    for f in functions:
+        parts = f.split(".")
+        if not all(p.isidentifier() for p in parts) or len(parts) > 2:
+            raise SystemExit(f"tools.mutate: --functions takes names like decompose or Contributions.compute: {f!r}")
+        out.append(f"*.x_{f}__mutmut_*" if len(parts) == 1 else f"*.xǁ{parts[0]}ǁ{parts[1]}__mutmut_*")
+    return out
+
+
+def run_mutmut(modules: list[str], tests: list[str], max_children: int, functions: list[str] = ()) -> int:
     """mutmut's own `run`, in this process, with the config of pyproject.toml narrowed to ``modules`` and
     ``tests`` (mutmut reads its config once and keeps it: changing the object it returns is how a run is narrowed
     without a second config file). Returns mutmut's exit status (0 when it ran to the end)."""
@@ -163,15 +179,16 @@ def run_mutmut(modules: list[str], tests: list[str], max_children: int) -> int:
     import mutmut.__main__ as mutmut_main
 
     try:
-        mutmut_main.cli.main(["run", "--max-children", str(max_children)], prog_name="mutmut", standalone_mode=False)
+        mutmut_main.cli.main(["run", "--max-children", str(max_children), *mutant_patterns(list(functions))],
+                             prog_name="mutmut", standalone_mode=False)
     except SystemExit as exc:  # mutmut exits on a failed clean run or a failed forced-fail run
         return exc.code if isinstance(exc.code, int) else 1
     return 0
 
 
-def results(module: str) -> tuple[dict[str, int], list[str], dict[str, int]]:
-    """The count of mutants of each status in ``module``, the survivors' names and, for each function no chosen
-    test calls, its number of mutants (from mutants/MODULE.meta)."""
+def results(module: str, functions: list[str] = ()) -> tuple[dict[str, int], list[str], dict[str, int]]:
+    """The count of mutants of each status in ``module`` (of ``functions`` only, when named), the survivors' names
+    and, for each function no chosen test calls, its number of mutants (from mutants/MODULE.meta)."""
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.stats import status_by_exit_code
 
@@ -179,14 +196,15 @@ def results(module: str) -> tuple[dict[str, int], list[str], dict[str, int]]:
     data.load()
     counts = dict.fromkeys(STATUSES, 0)
     survivors, untested = [], {}
-    for name, code in data.exit_code_by_key.items():
+    keys = {n: c for n, c in data.exit_code_by_key.items() if not functions or function_name(n) in functions}
+    for name, code in keys.items():
         status = status_by_exit_code[code]
         counts[status] = counts.get(status, 0) + 1
         if status == "survived":
             survivors.append(name)
         elif status == "no tests":
             untested[function_name(name)] = untested.get(function_name(name), 0) + 1
-    counts["total"] = len(data.exit_code_by_key)
+    counts["total"] = len(keys)
     tested = counts["total"] - counts["no tests"] - counts["skipped"] - counts["not checked"]
     counts["score"] = round((counts["killed"] + counts["timeout"]) / tested, 4) if tested else None
     return counts, sorted(survivors, key=_natural), untested
@@ -241,10 +259,11 @@ def main(argv=None) -> int:
     os.chdir(ROOT)  # mutmut works in the current folder: pyproject.toml, gptviz/ and mutants/ are found from it
     _HELD.append(hold_lock())  # kept open (locked) until this process ends
     start = time.perf_counter()
-    prepare_folder({"modules": modules, "tests": tests}, a.keep)
-    status = run_mutmut(modules, tests, a.max_children)
+    functions = a.functions or []
+    prepare_folder({"modules": modules, "tests": tests, "functions": functions}, a.keep)
+    status = run_mutmut(modules, tests, a.max_children, functions)
     seconds = time.perf_counter() - start
-    rows = {m: results(m) for m in modules}
+    rows = {m: results(m, functions) for m in modules}
     print()
     print(report(rows, seconds))
     if a.show:
