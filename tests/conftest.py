@@ -22,6 +22,32 @@ from leftover_processes import leftovers, set_token  # tests/ is on sys.path (py
 
 from gptviz import GPT, ModelConfig
 
+# The slowest test files first, slowest first (JUnit times of a fresh clone's full run, 2026-11-27: test_browser.py
+# 219 s, test_shipped_models.py 76 s, ... test_selection_browser.py 18 s). scripts/test runs `--dist loadfile
+# --no-loadscope-reorder`: each worker takes the next file in this order when it is free, so the long files start
+# early instead of one of them keeping a worker busy alone at the end. Only the order changes, never what runs.
+SLOW_FILES_FIRST = [
+    "browser/test_browser.py", "test_shipped_models.py", "test_load.py", "browser/test_live_class_browser.py",
+    "app/test_model_folders.py", "test_wheel.py", "browser/test_old_addresses_browser.py",
+    "browser/test_restart_browser.py", "app/test_page_hostile.py", "browser/test_lessons_browser.py",
+    "app/test_page_init.py", "test_replicas.py", "test_report.py", "app/test_trace_retention.py",
+    "app/test_classroom.py", "test_notebook.py", "browser/test_first_screen_browser.py", "app/test_palette.py",
+    "test_lesson_languages.py", "browser/test_selection_browser.py",
+]
+
+
+def slow_first_key(item) -> int:
+    """The item's file's place in SLOW_FILES_FIRST (the others after them, in their collected order)."""
+    try:
+        rel = Path(str(item.path)).resolve().relative_to(ROOT / "tests").as_posix()
+    except ValueError:
+        return len(SLOW_FILES_FIRST)
+    return SLOW_FILES_FIRST.index(rel) if rel in SLOW_FILES_FIRST else len(SLOW_FILES_FIRST)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=slow_first_key)  # stable: within a file, and among the other files, the collected order stays
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_behind():
