@@ -1,6 +1,7 @@
 """Helpers for driving pages with Streamlit's AppTest."""
 import json
 import math
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -25,6 +26,12 @@ PAGES = {
     "compare": "app_pages/compare_models.py",
 }
 TIMEOUT = 120  # torch's first import alone can take seconds
+
+
+def rendered(markdown: str) -> str:
+    """Markdown source as its text reads, as far as backslash escapes go: CommonMark drops a backslash before any
+    ASCII punctuation character (``4\\.331`` reads ``4.331``); everything else is left as written."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def page(name: str, opening: bool = False, **query) -> AppTest:

@@ -8,9 +8,9 @@ from typing import Optional
 import numpy as np
 import streamlit as st
 
+from ..present.markdown_text import plain_md
 from ..present.matrices import Matrix
 from ..present.page_context import Ctx
-from .markdown_text import plain_md
 
 ZOOM_HALF = 24  # "Zoom to the selection" shows this many positions either side of the chosen query and key
 def _strongest_key(values: np.ndarray, q: int, signed: bool = False) -> int:

@@ -12,12 +12,12 @@ from ..model.hook_names import act_name
 from ..present import figures
 from ..present.descriptions import StepInfo, step_info
 from ..present.figures.heatmaps import BIG_CELLS
+from ..present.markdown_text import plain_md
 from ..present.matrices import MAX_COLS, page_count, step_matrix
 from ..present.matrices import masked_cells as _masked_cells
 from ..present.page_context import Ctx
 from ..run import edits as edit_specs
 from .cell_picker import pick_cell, zoomed
-from .markdown_text import plain_md
 
 
 def masked(ctx: Ctx) -> Optional[np.ndarray]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from apphelp import ROOT, chart, set_sidebar
+from apphelp import ROOT, chart, rendered, set_sidebar
 from streamlit.testing.v1 import AppTest
 
 from gptviz import GPT, encode_batch, get_tokenizer, preset, trace
@@ -163,7 +163,7 @@ def reveal(at: AppTest, lid: str, i: int) -> tuple[AppTest, str, str]:
     assert [b for b in at.button if b.key == f"lessons.reveal.{lid}.{i}"][0].disabled  # commit first
     at = clean(radio.set_value(0).run())
     at = clean(at.button(key=f"lessons.reveal.{lid}.{i}").click().run())
-    shown = next(s.value for s in at.success if s.value.startswith("**Answer: "))
+    shown = rendered(next(s.value for s in at.success if s.value.startswith("**Answer: ")))
     prompt = at.session_state["lessons.answer"]["prompt"]
     assert any(m.value == f"**{prompt}**" for m in at.markdown)  # the question the class saw
     return at, prompt, shown

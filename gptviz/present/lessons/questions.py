@@ -12,6 +12,7 @@ import torch
 
 from ...interp import head_detector
 from ...run.generation import distribution
+from ..markdown_text import plain_md
 from .live import Live
 from .schema import QuestionUnavailable
 from .wording import ENGLISH, Words, words
@@ -74,7 +75,14 @@ def _pos(live: Live, value, default: int) -> int:
 
 
 def _tok(live: Live, i: int) -> str:
+    """A position's choice label (plain text: the page escapes it where Markdown draws it)."""
     return f"{i}: '{live.tokens[i]}'"
+
+
+def _md(text: str) -> str:
+    """A piece of the text, a token or a vocabulary label (a user's or a loaded file's) inside a prompt or an
+    explanation, which are Markdown: shown as itself, never as a link, emphasis or markup."""
+    return plain_md(text)
 
 
 def _spread_choices(correct: int, pool: list[int], must: Iterable[int] = (), k: int = MAX_CHOICES) -> list[int]:
@@ -112,13 +120,13 @@ def most_attended(q: dict, live: Live, w: Words) -> Question:
     order = np.argsort(-row, kind="stable")
     second = int(order[1]) if len(order) > 1 else ans
     pool = _spread_choices(ans, list(range(i + 1)), must=(i, i - 1, 0))
-    explanation = w("most_attended.explanation", i=i, token=live.tokens[i], layer=layer, head=head, p=row[ans],
-                    ans=ans, ans_token=live.tokens[ans])
+    explanation = w("most_attended.explanation", i=i, token=_md(live.tokens[i]), layer=layer, head=head, p=row[ans],
+                    ans=ans, ans_token=_md(live.tokens[ans]))
     if second != ans:
-        explanation += " " + w("most_attended.second", second=second, second_token=live.tokens[second],
+        explanation += " " + w("most_attended.second", second=second, second_token=_md(live.tokens[second]),
                                p2=row[second])
     return Question(
-        w("most_attended.prompt", layer=layer, head=head, i=i, token=live.tokens[i]),
+        w("most_attended.prompt", layer=layer, head=head, i=i, token=_md(live.tokens[i])),
         [_tok(live, j) for j in pool], pool.index(ans), ans, explanation,
         {"hook": name, "head": head, "row": i, "col": ans}, "step", {"hook": name},
         {"layer": layer, "head": head})
@@ -176,9 +184,9 @@ def greedy_next(q: dict, live: Live, w: Words) -> Question:
     pool = sorted(top, key=lambda i: (live.vocab[i], i))  # not in order of probability: that would tell
     before = live.text(pos)
     return Question(
-        w("greedy_next.prompt", before=before[-40:]), _distinct(live, pool), pool.index(ans), ans,
-        w("greedy_next.explanation", ans=_label(live, ans), p=p[ans])
-        + (" " + w("greedy_next.second", second=_label(live, top[1]), p2=p[top[1]]) if len(top) > 1 else ""),
+        w("greedy_next.prompt", before=_md(before[-40:])), _distinct(live, pool), pool.index(ans), ans,
+        w("greedy_next.explanation", ans=_md(_label(live, ans)), p=p[ans])
+        + (" " + w("greedy_next.second", second=_md(_label(live, top[1])), p2=p[top[1]]) if len(top) > 1 else ""),
         {"token": ans, "pos": pos}, "generation.distribution",
         {"prompt": before, "temperature": 1.0, "top_k": 0, "top_p": 1.0})
 
@@ -198,7 +206,7 @@ def nucleus_size(q: dict, live: Live, w: Words) -> Question:
     what = f"top-p = {top_p:g}" + (", " + w("nucleus_size.temperature", temperature=temperature)
                                    if temperature != 1 else "") + (f", top-k {top_k}" if top_k else "")
     return Question(
-        w("nucleus_size.prompt", what=what, before=before[-40:]), [str(c) for c in pool], pool.index(ans), ans,
+        w("nucleus_size.prompt", what=what, before=_md(before[-40:])), [str(c) for c in pool], pool.index(ans), ans,
         w("nucleus_size.explanation", ans=ans, top_p=top_p, held=float(d.tempered[d.kept].sum())),
         {"kept": ans, "top_p": top_p, "temperature": temperature, "top_k": top_k or 0},
         "generation.distribution", {"prompt": before, "temperature": temperature, "top_k": top_k or 0, "top_p": top_p})
@@ -220,9 +228,9 @@ def target_prob(q: dict, live: Live, w: Words) -> Question:
     V = live.vocab_size
     band = 0 if p < 0.5 / V else (1 if p <= 2 / V else (2 if p <= 0.5 else 3))
     return Question(
-        w("target_prob.prompt", pos=pos, token=live.tokens[pos], target=_label(live, target), inv_v=1 / V),
+        w("target_prob.prompt", pos=pos, token=_md(live.tokens[pos]), target=_md(_label(live, target)), inv_v=1 / V),
         [w(f"prob_band.{k}") for k in range(4)], band, p,
-        w("target_prob.explanation", target=_label(live, target), pos=pos, p=p, nll=-math.log(max(p, 1e-30))),
+        w("target_prob.explanation", target=_md(_label(live, target)), pos=pos, p=p, nll=-math.log(max(p, 1e-30))),
         {"pos": pos, "token": target, "value": p}, "logits.target")
 
 
@@ -237,7 +245,8 @@ def token_count(q: dict, live: Live, w: Words) -> Question:
             pool.append(c)
     pool = sorted(pool[:4])
     return Question(
-        w("token_count.prompt", text=text[:60], chars=chars, words=n_words), [str(c) for c in pool], pool.index(n), n,
+        w("token_count.prompt", text=_md(text[:60]), chars=chars, words=n_words), [str(c) for c in pool],
+        pool.index(n), n,
         w("token_count.explanation", n=n, chars=chars),
         {"count": n}, "tokens.chips")
 
@@ -259,9 +268,9 @@ def target_at(q: dict, live: Live, w: Words) -> Question:
     if correct is None:  # the target is a token not shown next to it (an edited id): add it
         labels.insert(-1, _label(live, y))
         correct = len(labels) - 2
-    answer = no_target if y < 0 else _label(live, y)
+    answer = no_target if y < 0 else _md(_label(live, y))
     return Question(
-        w("target_at.prompt", b=live.b, pos=pos, token=live.tokens[pos]), labels, correct, y,
+        w("target_at.prompt", b=live.b, pos=pos, token=_md(live.tokens[pos])), labels, correct, y,
         w("target_at.next" if y >= 0 else "target_at.last", b=live.b, pos=pos, answer=answer, next_pos=pos + 1),
         {"row": live.b, "col": pos}, "tokens.grids")
 

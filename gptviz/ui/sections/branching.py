@@ -11,10 +11,10 @@ from typing import Optional
 import streamlit as st
 
 from ...present import figures, source_code
+from ...present.markdown_text import plain_md
 from ...run.branching import MAX_NEW, Path, branch, continuation, parting_point
 from ...run.slots import BIG_LOAD
 from .. import resources
-from ..markdown_text import plain_md
 from ..waiting import queued
 from ..widgets import plot
 from . import section

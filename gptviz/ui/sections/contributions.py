@@ -12,10 +12,10 @@ import streamlit as st
 from ...interp.contributions import Contributions, best_routes, head_sources, route_graph, shares
 from ...model.hook_names import act_name
 from ...present import figures, source_code
+from ...present.markdown_text import plain_md
 from ...run import edits as edit_specs
 from ...run.slots import BIG_LOAD
 from .. import nav, resources
-from ..markdown_text import plain_md
 from ..waiting import queued
 from ..widgets import plot
 from . import section

@@ -31,10 +31,10 @@ from ...interp.sae import (
 from ...paths import CHECKPOINTS
 from ...present import figures, source_code
 from ...present.figures.features import activation_html, before_after_bars
+from ...present.markdown_text import plain_md
 from ...present.page_context import CKPT_PREFIX
 from ...run.trace import trace
 from .. import resources
-from ..markdown_text import plain_md
 from ..page import preset_label
 from ..widgets import plot
 from . import section

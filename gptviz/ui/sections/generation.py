@@ -14,8 +14,8 @@ import streamlit as st
 from ...model.hook_names import act_name
 from ...present import figures, matrices, readouts
 from ...present.descriptions import step_info
+from ...present.markdown_text import plain_md
 from ...run.generation import generate as run_generate
-from ..markdown_text import plain_md
 from ..widgets import plot
 from . import section
 

@@ -22,6 +22,7 @@ import streamlit as st
 
 from ...present import lessons
 from ...present.descriptions import step_info
+from ...present.markdown_text import plain_md
 from ...present.page_context import pinned, resolve
 from .. import resources
 from .. import state as shared
@@ -249,8 +250,7 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
     answer_key = f"{key}.answer.{lid}.{i}"
     n = len(question.choices)
     pick = st.radio("Your answer", list(range(n)), index=None, key=answer_key,
-                    format_func=lambda j: f"{j + 1} · {question.choices[j]}" if j < 9 else question.choices[j],
-                    label_visibility="collapsed", horizontal=True)
+                    format_func=lambda j: choice_label(question, j), label_visibility="collapsed", horizontal=True)
     if not is_revealed:
         digit_keys(answer_key, min(n, 9))
         st.button(w("reveal"), key=f"{key}.reveal.{lid}.{i}", type="primary", on_click=_reveal, args=(key, lid, i),
@@ -262,7 +262,7 @@ def _question(key: str, place: Place, question: lessons.Question, is_revealed: b
     if place.present:
         _answer(question, w)
     if pick is not None:
-        st.markdown((w("right") if pick == question.correct else w("not_quite", answer=question.answer)) + " "
+        st.markdown((w("right") if pick == question.correct else w("not_quite", answer=plain_md(question.answer))) + " "
                     + w("from_live"))
     st.session_state[f"{key}.answer"] = {"lesson": lid, "step": i, "kind": place.step.question["kind"],
                                          "prompt": question.prompt, "answer": question.answer,
@@ -286,8 +286,15 @@ def digit_keys(answer_key: str, n: int) -> None:
 DIGIT_KEYS_BOX = "lesson_digit_keys"  # its CSS class, st-key-lesson_digit_keys, hides it (static/lessons.css)
 
 
+def choice_label(question: lessons.Question, j: int) -> str:
+    """A choice as a radio draws it (radio labels are Markdown; a choice can be a token of the user's text): its
+    number (the key that picks it, for the first nine) and the choice as plain text."""
+    return f"{j + 1} · {plain_md(question.choices[j])}" if j < 9 else plain_md(question.choices[j])
+
+
 def _answer(question: lessons.Question, w: lessons.Words) -> None:
-    st.success(f"**{w('answer', answer=question.answer)}**  \n{question.explanation}", icon=":material/check_circle:")
+    st.success(f"**{w('answer', answer=plain_md(question.answer))}**  \n{question.explanation}",
+               icon=":material/check_circle:")
 
 
 @section("lessons.step")

@@ -38,11 +38,12 @@ from ...live import (
     normalise_code,
 )
 from ...live.store import MAX_SETTINGS_CHARS
+from ...present.markdown_text import plain_md
 from ...present.url_params import PAGE_PARAMS
 from .. import state as shared
 from . import section
 from .lessons import PAGE_KEY, PRESENT_STYLE, Place
-from .live_question import POLL_SECONDS, LiveQuestion, class_store, md, store_failed
+from .live_question import POLL_SECONDS, LiveQuestion, class_store, store_failed
 
 CODE_HELP = "a class code is 6 letters and digits, such as ABC234 (never 0, O, 1 or I)"
 
@@ -69,7 +70,7 @@ def read_address(*, key: str = PAGE_KEY) -> None:
         return  # the page opened without a class: a class of this session (if any) goes on
     code = normalise_code(cls)
     if code is None:
-        _forget(live, problem=f"The address's class code “{md(cls[:20])}” is not valid: {CODE_HELP}. Change "
+        _forget(live, problem=f"The address's class code “{plain_md(cls[:20])}” is not valid: {CODE_HELP}. Change "
                               "`class=` in the address to the code on the projector, or type it below.")
         return
     notes = []
@@ -291,7 +292,7 @@ def _who(code: str) -> None:
     except ClassStoreUnavailable:
         return
     if n:
-        shown = ", ".join(md(name) for name in names[:40]) + (" …" if len(names) > 40 else "")
+        shown = ", ".join(plain_md(name) for name in names[:40]) + (" …" if len(names) > 40 else "")
         rest = n - len(names)
         st.caption("Joined: " + (shown or "") + (f"{' and ' if shown else ''}{rest} without a nickname"
                                                   if rest else ""))
@@ -301,7 +302,7 @@ def _student_bar(key: str, live: dict, state: ClassState) -> None:
     with st.container(border=True, key="live_class_bar"):
         row = st.columns([4, 2.4, 2], vertical_alignment="center")
         nick = live.get("nick") or ""
-        who = f" as **{md(nick)}**" if nick else ""
+        who = f" as **{plain_md(nick)}**" if nick else ""
         row[0].markdown(f"Class **{state.code}**{who}")
         with row[1]:
             _follower(key, state.code)
@@ -381,7 +382,7 @@ def _start(key: str, lesson_id: str, lang: str) -> None:
         code, token = class_store().create(lesson_id, lang if re.fullmatch(r"[a-z]{2,3}(-\w{2,8})?", lang) else "en",
                                            teacher_settings())
     except (ClassStoreFull, ClassStoreUnavailable, ValueError) as e:
-        live["problem"] = f"The class could not start: {md(str(e))}."
+        live["problem"] = f"The class could not start: {plain_md(str(e))}."
         return
     _forget(live)
     live.update(code=code, token=token, teacher=True, checked=True, synced=True, show=True, following=True)
@@ -394,7 +395,7 @@ def _join(key: str) -> None:
     nick = str(st.session_state.get(f"{key}.live.nick_in", "")).strip()
     code = normalise_code(typed)
     if code is None:
-        live["problem"] = f"“{md(typed[:20])}” is not a class code: {CODE_HELP}. Change it and join again."
+        live["problem"] = f"“{plain_md(typed[:20])}” is not a class code: {CODE_HELP}. Change it and join again."
         return
     if not good_nickname(nick):
         live["problem"] = f"A nickname is up to {NICKNAME_MAX} letters, digits, spaces, . ' or -: change it."

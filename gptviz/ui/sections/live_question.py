@@ -1,10 +1,9 @@
 """The step's question in a live class (see live_class.py): the teacher's live count of answers and Reveal, a
 student's answer sent to the class, and after the reveal the class's answers beside the truth from the live model.
-Also the process's one class store (``class_store``) and the escaping both files use."""
+Also the process's one class store (``class_store``)."""
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -12,14 +11,14 @@ import streamlit as st
 
 from ...live import ClassState, ClassStore, ClassStoreUnavailable, open_store
 from ...present import figures, lessons
+from ...present.markdown_text import plain_md
 from ..widgets import plot
-from .lessons import Place, _answer
+from .lessons import Place, _answer, choice_label
 
 POLL_SECONDS = 1.0  # how often a follower checks the class's version
 # How often the teacher's count and histogram are redrawn: one session, so it can be often (an answer shows on the
 # projector within this plus one run; the bench's target is p95 ≤ 1 s)
 TALLY_SECONDS = 0.6
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
 
 @st.cache_resource(show_spinner=False)
@@ -31,11 +30,6 @@ def class_store() -> ClassStore:
 def store_failed(e: Exception) -> None:
     st.error(f"The live class is out of reach: {e}. The lesson itself still works; try again in a moment.",
              icon=":material/cloud_off:")
-
-
-def md(text: str) -> str:
-    """A user's (or a model's) text shown as itself in Markdown: every Markdown character escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(str(text), quote=False))
 
 
 # ------------------------------------------------------------------ the class's question, on the step
@@ -88,7 +82,7 @@ class LiveQuestion:
             st.session_state[rkey] = mine  # the store's answer (a reload, or the radio out of step) is the truth
         st.markdown(f"**{question.prompt}**")
         st.radio("Your answer", list(range(n)), index=None, key=rkey, horizontal=True, disabled=self.revealed,
-                  format_func=lambda j: f"{j + 1} · {question.choices[j]}", label_visibility="collapsed",
+                  format_func=lambda j: choice_label(question, j), label_visibility="collapsed",
                   on_change=_student_answer, args=(code, self.sid, i, rkey))
         refused = st.session_state.pop(f"{rkey}.refused", False)
         if not self.revealed:
@@ -103,8 +97,8 @@ class LiveQuestion:
         if mine is None:
             st.caption("You did not answer this one.")
         else:
-            st.markdown((w("right") if mine == question.correct else w("not_quite", answer=question.answer)) + " "
-                        + w("from_live"))
+            verdict = w("right") if mine == question.correct else w("not_quite", answer=plain_md(question.answer))
+            st.markdown(verdict + " " + w("from_live"))
         if place.present:
             _answer(question, w)
         tally(code, i, tuple(question.choices), question.correct, self.view, f"{self.key}.live.tally.{code}.{i}",

@@ -18,11 +18,11 @@ from ...interp import model_diff
 from ...model.hook_names import act_name
 from ...present import figures, matrices, source_code
 from ...present.descriptions import step_info
+from ...present.markdown_text import plain_md
 from ...present.page_context import big_model_t, config_json
 from ...run import edits as edit_specs
 from ...text.tokenizers import token_labels
 from .. import resources
-from ..markdown_text import plain_md
 from ..widgets import plot
 from . import section
 

@@ -1,4 +1,5 @@
-"""User and model text shown as itself in Streamlit Markdown."""
+"""User and model text shown as itself in Markdown: the one helper every section, lesson and question uses for a
+string a user (or a model, or a loaded file) wrote."""
 from __future__ import annotations
 
 import re
