@@ -10,6 +10,7 @@ import streamlit as st
 from ..config import PRESET_DESCRIPTIONS, PRESETS
 from ..present import url_params
 from ..present.lessons.wording import languages as lesson_languages
+from ..present.markdown_text import plain_md
 from ..present.notebook import notebook_bytes
 from ..present.page_context import CKPT_PREFIX, FOLDER_PREFIX, Ctx, Notice, resolve
 from ..run import edits as edit_specs
@@ -233,6 +234,11 @@ def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
     ctx, notes = resolve(s, resources)
     sidebar(s)
     show_notices(notes)
+    let_go = st.session_state.pop(resources.LET_GO, None)
+    if let_go:
+        st.info(f"This session's own models are kept up to {resources.session_model_bytes() / 1e9:.1f} GB; to make "
+                f"room, the least recently used were let go: {', '.join(plain_md(n) for n in let_go)}. Train, upload "
+                "or load one again to bring it back.", icon=":material/memory:")
     if ctx.entry is not None:
         _w("toggle", "untrained", "Untrained weights (same shape)", s,
            help="Show this model's shape freshly initialised: trained against untrained is a lesson in itself.")

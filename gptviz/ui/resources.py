@@ -6,6 +6,7 @@ built. Edits go through ``trace(edits=...)``; training (later) works on its own 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 import weakref
@@ -33,7 +34,12 @@ from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 # lives: ``registered`` finds them in its session state and registers them again.
 MAX_REGISTERED = 32
 MAX_REGISTERED_BYTES = 2_000_000_000  # about four GPT-2 smalls, or thousands of the class's small models
-OWN_MODELS = "gptviz.own_models"  # st.session_state: this session's own models, key -> Entry
+OWN_MODELS = "gptviz.own_models"  # st.session_state: this session's own models, key -> Entry (most recent last)
+LET_GO = "gptviz.own_models.let_go"  # st.session_state: the labels of own models let go, for the next page's notice
+# A session's own models together (trained, uploaded, loaded from the hub), in bytes of weights: past it the least
+# recently used are let go, with a notice naming them. The newest model is always kept, even alone over the budget
+# (an upload is at most MAX_UPLOAD_BYTES). GPTVIZ_SESSION_MODEL_BYTES sets it, between 10 MB and 64 GB.
+SESSION_MODEL_BYTES = 1_500_000_000
 
 _REGISTERED: "OrderedDict[str, tuple[Entry, int]]" = OrderedDict()  # key -> (entry, its weights' bytes)
 _REGISTER_LOCK = threading.Lock()
@@ -44,6 +50,29 @@ def _session_models() -> Optional[dict]:
     if get_script_run_ctx(suppress_warning=True) is None:
         return None
     return st.session_state.setdefault(OWN_MODELS, {})
+
+
+def session_model_bytes() -> int:
+    """The per-session budget: GPTVIZ_SESSION_MODEL_BYTES (a whole number of bytes), else SESSION_MODEL_BYTES."""
+    raw = os.environ.get("GPTVIZ_SESSION_MODEL_BYTES", "").strip()
+    if raw.isdigit() and 10_000_000 <= int(raw) <= 64_000_000_000:
+        return int(raw)
+    return SESSION_MODEL_BYTES
+
+
+def _keep_own(mine: dict, key: str, entry: Entry) -> None:
+    """Keep ``entry`` among this session's own models as the most recent, and let the least recently used others
+    go while they are over the session's budget (their labels are kept for the next page's notice)."""
+    mine.pop(key, None)
+    mine[key] = entry
+    sizes = {k: nbytes(e.model) for k, e in mine.items()}
+    total, budget, gone = sum(sizes.values()), session_model_bytes(), []
+    while len(mine) > 1 and total > budget:
+        old = next(iter(mine))
+        total -= sizes[old]
+        gone.append(mine.pop(old).label or old)
+    if gone:
+        st.session_state.setdefault(LET_GO, []).extend(gone)
 
 
 def _store(key: str, entry: Entry) -> None:
@@ -67,7 +96,7 @@ def register_model(model: GPT, tokenizer=None, label: str = "", meta: Optional[d
     _store(key, entry)
     mine = _session_models() if own else None
     if mine is not None:
-        mine[key] = entry
+        _keep_own(mine, key, entry)
     return key
 
 
@@ -76,12 +105,14 @@ def registered(key: Optional[str]) -> Optional[Entry]:
     it (registered again) if the shared registry forgot it."""
     if not key:
         return None
+    mine = _session_models()
+    if mine is not None and key in mine:
+        mine[key] = mine.pop(key)  # used now: the last of this session's own models to be let go
     with _REGISTER_LOCK:
         found = _REGISTERED.get(key)
         if found is not None:
             _REGISTERED.move_to_end(key)
             return found[0]
-    mine = _session_models()
     entry = None if mine is None else mine.get(key)
     if entry is not None:
         _store(key, entry)
@@ -174,7 +205,7 @@ def hub_gpt2(load) -> str:
         else:
             mine = _session_models()
             if mine is not None:
-                mine[HUB_GPT2_KEY] = entry
+                _keep_own(mine, HUB_GPT2_KEY, entry)
     return HUB_GPT2_KEY
 
 
