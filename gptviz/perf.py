@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+import threading
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -46,10 +47,37 @@ def freeze_imports() -> None:
     """Move every object alive now (the imported modules: torch, plotly, streamlit, ~300,000 objects) out of
     the garbage collector's sight, once. A full collection over them takes ~170 ms on two cores, and
     Python starts one from time to time in the middle of a page's run; the imports are never garbage."""
-    global _frozen
+    global _frozen, _modules_at_freeze
     if not _frozen:
         import gc
 
         gc.collect()
         gc.freeze()
         _frozen = True
+        _modules_at_freeze = len(sys.modules)
+
+
+_modules_at_freeze = 0
+_refreeze_lock = threading.Lock()
+NEW_MODULES_TO_REFREEZE = 50
+
+
+def refreeze_after_imports() -> bool:
+    """Freeze again once at least NEW_MODULES_TO_REFREEZE modules were imported since the last freeze. Some heavy
+    imports happen only when first needed: building the first model imports torch._dynamo and sympy (~800 modules,
+    ~120,000 objects), integrated gradients captum, matplotlib and IPython. Left in the collector's sight, they made
+    every full collection (one every few seconds of a busy server) scan them again: 90 to 200 ms each, measured in
+    the bench's pages part. Called at the start of every page's run: a handful of times in a server's life it costs
+    one full collection, otherwise a length check. Returns whether it froze."""
+    global _modules_at_freeze
+    if not _frozen or len(sys.modules) - _modules_at_freeze < NEW_MODULES_TO_REFREEZE:
+        return False
+    with _refreeze_lock:
+        if len(sys.modules) - _modules_at_freeze < NEW_MODULES_TO_REFREEZE:
+            return False
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        _modules_at_freeze = len(sys.modules)
+        return True

@@ -47,3 +47,44 @@ def test_the_server_never_runs_a_full_garbage_collection_after_a_run():
     assert out.returncode == 0, out.stderr[-500:]
     assert int(out.stdout.strip().splitlines()[-1]) > 100_000  # torch, plotly and streamlit: frozen
     assert gc.isenabled()
+
+
+REFREEZE = """
+import gc, sys
+import gptviz.ui
+from gptviz.perf import refreeze_after_imports
+from gptviz import GPT, ModelConfig
+at_import = gc.get_freeze_count()
+print("again at once", refreeze_after_imports())
+GPT(ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8))  # the first build's imports
+print("new objects", len(gc.get_objects()))
+print("refroze", refreeze_after_imports())
+print("frozen more", gc.get_freeze_count() - at_import)
+print("left in sight", len(gc.get_objects()))
+print("again", refreeze_after_imports())
+from streamlit.testing.v1 import AppTest
+import captum  # as the Who did it page's integrated gradients would: a page's run freezes it at its start
+before = gc.get_freeze_count()
+at = AppTest.from_file("app_pages/tokens_and_batch.py", default_timeout=120)
+at.query_params["preset"] = "default"
+at.run()
+print("page froze", gc.get_freeze_count() - before)
+"""
+
+
+def test_what_a_server_imports_later_is_frozen_too_at_the_next_pages_start():
+    """The first model build imports torch._dynamo and sympy (~800 modules), integrated gradients captum: frozen at
+    the next page's start, else every full collection scans them again. Counted in a fresh process."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", REFREEZE], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-1500:]
+    got = dict(line.rsplit(" ", 1) for line in out.stdout.strip().splitlines() if line[:1].isalpha())
+    assert got["again at once"] == "False"
+    new = int(got["new objects"])
+    assert new > 50_000  # the build's imports, in the collector's sight
+    assert got["refroze"] == "True" and int(got["frozen more"]) >= 0.9 * new  # less the garbage collected first
+    assert int(got["left in sight"]) < 1_000
+    assert got["again"] == "False"
+    assert int(got["page froze"]) > 10_000

@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
+from ..perf import refreeze_after_imports
 from ..present import url_params
 from ..present.lessons.wording import languages as lesson_languages
 from ..present.markdown_text import plain_md
@@ -228,6 +229,7 @@ def show_notices(notes: list[Notice]) -> None:
 
 
 def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
+    refreeze_after_imports()  # the last run's first-time imports (a model's first build: torch._dynamo) frozen too
     st.set_page_config(page_title=f"{title} · gptviz", page_icon=icon, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()
