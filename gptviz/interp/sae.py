@@ -137,6 +137,7 @@ def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
         with safe_open(str(p), framework="pt") as fh:
             header = dict(fh.metadata() or {})
             names = set(fh.keys())
+            shapes = {n: tuple(fh.get_slice(n).get_shape()) for n in WEIGHTS if n in names}  # no tensor read
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error kinds for a damaged file
         raise ValueError(f"{p.name} is not a readable safetensors file ({exc})") from None
     if header.get("format") != FORMAT:
@@ -149,16 +150,24 @@ def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
         hook, kind = header["hook"], header["kind"]
     except (KeyError, ValueError) as exc:
         raise ValueError(f"{p.name} has a broken header ({exc})") from None
-    meta = {key: _meta_value(v) for key, v in header.items()
-            if key not in ("format", "hook", "kind", "k", "d_model", "n_features")}
-    sae = SparseAutoencoder(d, n, hook, kind, k or None, meta)
-    weights = safetensors.torch.load_file(str(p))
+    # the header's sizes against the file's own tensors before anything is allocated: a 400-byte file may claim
+    # d_model = n_features = 65,536 (two 17 GB matrices)
     want = {"W_enc": (d, n), "b_enc": (n,), "W_dec": (n, d), "b_dec": (d,)}
     for name, shape in want.items():
-        t = weights[name]
-        if tuple(t.shape) != shape:
-            raise ValueError(f"{p.name}: {name} has shape {tuple(t.shape)}, not {shape}")
-        getattr(sae, name).data = t.float()
+        if shapes[name] != shape:
+            raise ValueError(f"{p.name}: {name} has shape {shapes[name]}, not {shape} (d_model={d}, n_features={n} "
+                             "in its header)")
+    meta = {}
+    for key, v in header.items():
+        if key not in ("format", "hook", "kind", "k", "d_model", "n_features"):
+            try:
+                meta[key] = _meta_value(v)
+            except RecursionError:
+                raise ValueError(f"{p.name}: the header's {key!r} is nested too deeply to read") from None
+    sae = SparseAutoencoder(d, n, hook, kind, k or None, meta)
+    weights = safetensors.torch.load_file(str(p))
+    for name in want:
+        getattr(sae, name).data = weights[name].float()
     sae.requires_grad_(False)
     sae.eval()
     return sae
