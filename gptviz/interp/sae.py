@@ -155,8 +155,7 @@ def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
     want = {"W_enc": (d, n), "b_enc": (n,), "W_dec": (n, d), "b_dec": (d,)}
     for name, shape in want.items():
         if shapes[name] != shape:
-            raise ValueError(f"{p.name}: {name} has shape {shapes[name]}, not {shape} (d_model={d}, n_features={n} "
-                             "in its header)")
+            raise ValueError(f"{p.name}: {name} has shape {shapes[name]}, not {shape}")
     meta = {}
     for key, v in header.items():
         if key not in ("format", "hook", "kind", "k", "d_model", "n_features"):
