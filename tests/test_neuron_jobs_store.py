@@ -5,9 +5,9 @@ by a stand-in that records what it was given and reports progress as told, slots
 as its docstring describes (names, shapes and raw bytes of every parameter, in order)."""
 import hashlib
 import threading
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -62,12 +62,13 @@ class FakeCompute:
         return made_stats()
 
 
-def fake_model(params):
-    return SimpleNamespace(config=SimpleNamespace(num_params=lambda: params))
+def load():
+    """A model's stand-in, given when a job may run."""
+    return "m"
 
 
 def test_a_new_job_is_queued_with_nothing_yet():
-    job = neuron_jobs.NeuronJob("model", "tok", "64")
+    job = neuron_jobs.NeuronJob(lambda: "model", "tok", "64")
     assert (job.n_tokens, job.state, job.progress, job.ahead, job.result, job.error) == (64, "queued", 0.0, 0, None,
                                                                                         "")
     assert not job.finished and job.wait(0.01) is False
@@ -77,7 +78,7 @@ def test_a_new_job_is_queued_with_nothing_yet():
 def test_a_job_passes_its_model_and_tokens_and_keeps_a_read_only_result(fresh, monkeypatch):
     fake = FakeCompute(fractions=[0.25, 0.1, 0.6])
     monkeypatch.setattr(neuron_jobs, "compute", fake)
-    job = neuron_jobs.NeuronJob("model", "tok", 321)
+    job = neuron_jobs.NeuronJob(lambda: "model", "tok", 321)
     fake.job = job
     assert job.start() is job
     assert job.wait(10) is True and job.finished
@@ -115,7 +116,7 @@ def test_a_stopping_server_stops_a_job_at_its_next_report(fresh):
 def test_a_failed_job_says_why_and_keeps_the_progress_it_made(fresh, monkeypatch, error, shown):
     """A ValueError is a sentence for the user, shown as is; anything else is shown with its type."""
     monkeypatch.setattr(neuron_jobs, "compute", FakeCompute(fractions=[0.4], error=error))
-    job = neuron_jobs.NeuronJob("m", "t", 8).start()
+    job = neuron_jobs.NeuronJob(lambda: "m", "t", 8).start()
     assert job.wait(10)
     assert (job.state, job.error, job.progress, job.result) == ("failed", shown, 0.4, None)
 
@@ -136,7 +137,7 @@ def test_a_job_holding_slots_waits_its_turn_then_runs(fresh, monkeypatch):
             yield True
             seen.append("out")
 
-    job = neuron_jobs.NeuronJob("m", "t", 8, Slots())
+    job = neuron_jobs.NeuronJob(lambda: "m", "t", 8, Slots())
     fake.job = job
     job.start().wait(10)
     assert seen == [("waiting", 2), "in", "out"] and fake.states == ["running"] and job.state == "done"
@@ -147,34 +148,34 @@ def test_one_job_per_key_and_a_big_model_queues_for_the_big_load_slot(fresh, mon
     The same key gives the same job (the tokens asked the second time are ignored)."""
     monkeypatch.setattr(neuron_jobs, "compute", FakeCompute())
     assert neuron_jobs.BIG_MODEL_PARAMS == 20_000_000 and neuron_jobs.APP_TOKENS == 4096
-    small = neuron_jobs.job_for("small", fake_model(20_000_000), "t", 10)
-    big = neuron_jobs.job_for("big", fake_model(20_000_001), "t")
+    small = neuron_jobs.job_for("small", load, "t", 10, params=20_000_000)
+    big = neuron_jobs.job_for("big", load, "t", params=20_000_001)
     assert small._slots is None and big._slots is BIG_LOAD
     assert (small.n_tokens, big.n_tokens) == (10, 4096)
-    assert neuron_jobs.job_for("small", fake_model(1), "t", 99) is small
+    assert neuron_jobs.job_for("small", load, "t", 99, params=1) is small
     assert neuron_jobs.existing("small") is small and neuron_jobs.existing("nobody") is None
     assert small.wait(10) and big.wait(10)
 
 
 def test_the_table_forgets_the_least_recently_asked_finished_job_first(fresh, monkeypatch):
     """MAX_JOBS = 8: a ninth job pushes out the finished job asked for least recently (asking again moves a job to
-    the back); a running job is never dropped, so with all of them running the table grows instead."""
+    the back); a running job is never dropped (and with MAX_UNFINISHED = 8 no ninth one starts)."""
     monkeypatch.setattr(neuron_jobs, "compute", FakeCompute())
     assert neuron_jobs.MAX_JOBS == 8
-    jobs = [neuron_jobs.job_for(i, fake_model(1), "t", 1) for i in range(8)]
+    jobs = [neuron_jobs.job_for(i, load, "t", 1, params=1) for i in range(8)]
     assert all(j.wait(10) for j in jobs)
-    neuron_jobs.job_for(0, fake_model(1), "t")  # 0 asked again: 1 is now the oldest
-    neuron_jobs.job_for(8, fake_model(1), "t").wait(10)
+    neuron_jobs.job_for(0, load, "t", params=1)  # 0 asked again: 1 is now the oldest
+    neuron_jobs.job_for(8, load, "t", params=1).wait(10)
     assert list(neuron_jobs._JOBS) == [2, 3, 4, 5, 6, 7, 0, 8]
-    neuron_jobs.job_for(9, fake_model(1), "t").wait(10)
+    neuron_jobs.job_for(9, load, "t", params=1).wait(10)
     assert list(neuron_jobs._JOBS) == [3, 4, 5, 6, 7, 0, 8, 9]
     go = threading.Event()
     monkeypatch.setattr(neuron_jobs, "compute", FakeCompute(go=go))
     try:
         fresh._JOBS.clear()
-        running = [neuron_jobs.job_for(("r", i), fake_model(1), "t") for i in range(9)]
-        assert len(neuron_jobs._JOBS) == 9 and not any(j.finished for j in running)
-        done_late = neuron_jobs.job_for(("r", 0), fake_model(1), "t")
+        running = [neuron_jobs.job_for(("r", i), load, "t", params=1) for i in range(8)]
+        assert len(neuron_jobs._JOBS) == 8 and not any(j.finished for j in running)
+        done_late = neuron_jobs.job_for(("r", 0), load, "t", params=1)
         assert done_late is running[0]
     finally:
         go.set()
@@ -184,7 +185,7 @@ def test_the_table_forgets_the_least_recently_asked_finished_job_first(fresh, mo
 def test_forget_drops_only_a_finished_job(fresh, monkeypatch):
     go = threading.Event()
     monkeypatch.setattr(neuron_jobs, "compute", FakeCompute(go=go))
-    job = neuron_jobs.job_for("k", fake_model(1), "t")
+    job = neuron_jobs.job_for("k", load, "t", params=1)
     neuron_jobs.forget("k")
     assert neuron_jobs.existing("k") is job  # still running: kept
     go.set()
@@ -192,14 +193,14 @@ def test_forget_drops_only_a_finished_job(fresh, monkeypatch):
     neuron_jobs.forget("k")
     assert neuron_jobs.existing("k") is None
     neuron_jobs.forget("k")  # forgetting twice is harmless
-    assert neuron_jobs.job_for("k", fake_model(1), "t") is not job  # asked again: a new computation
+    assert neuron_jobs.job_for("k", load, "t", params=1) is not job  # asked again: a new computation
 
 
 def test_at_exit_the_running_jobs_stop_after_their_current_pass_and_are_waited_for(fresh, monkeypatch):
     """A job that reports progress until told to stop: ``_stop_all`` sets the stop flag and joins its thread, so
     when it returns the job has ended, failed with Stopped."""
     monkeypatch.setattr(neuron_jobs, "compute", FakeCompute(go=threading.Event()))  # never told to go on
-    job = neuron_jobs.job_for("k", fake_model(1), "t")
+    job = neuron_jobs.job_for("k", load, "t", params=1)
     neuron_jobs._stop_all(timeout=10)
     assert fresh._STOP.is_set()
     assert not job._thread.is_alive()
@@ -214,7 +215,7 @@ def test_the_real_computation_runs_in_the_background(fresh):
     torch.manual_seed(0)
     tok = corpus.tokenizer()
     model = GPT(ModelConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=8))
-    job = neuron_jobs.job_for("real", model, tok, 64)
+    job = neuron_jobs.job_for("real", weakref.ref(model), tok, 64, params=model.config.num_params())
     assert job.wait(60) and job.state == "done", job.error
     want = neurons.compute(model, tok, 64)
     for a in neuron_store.ARRAYS:
@@ -367,3 +368,93 @@ def test_a_shipped_summary_is_used_only_for_the_weights_it_was_computed_from(tmp
     assert neuron_store.shipped("tiny", model) is None  # no fingerprint at all
     (tmp_path / "other.neurons.npz").mkdir()
     assert neuron_store.shipped("other", model) is None  # not a file
+
+
+# ------------------------------------------------------------------------------------- bounded (issue 33)
+class HeldSlot:
+    """A slot someone else holds until ``free`` is set: a job waits in it, told "0 ahead" every poll."""
+
+    def __init__(self):
+        self.free = threading.Event()
+
+    @contextmanager
+    def hold(self, on_wait=None):
+        while not self.free.wait(0.01):
+            on_wait(0)  # raises for a cancelled job: it leaves the queue
+        yield True
+
+
+def test_past_max_unfinished_a_new_job_is_refused_with_a_sentence_and_a_finished_one_makes_room(fresh, monkeypatch):
+    go = threading.Event()
+    monkeypatch.setattr(neuron_jobs, "compute", FakeCompute(go=go))
+    assert neuron_jobs.MAX_UNFINISHED == 8
+    try:
+        jobs = [neuron_jobs.job_for(i, load, "t", params=1) for i in range(8)]
+        with pytest.raises(neuron_jobs.QueueFull, match="already computing 8 neuron summaries.*open the page again"):
+            neuron_jobs.job_for("ninth", load, "t", params=1)
+        assert neuron_jobs.existing("ninth") is None and len(neuron_jobs._JOBS) == 8
+        assert neuron_jobs.job_for(3, load, "t", params=1) is jobs[3]  # one already there is still given
+    finally:
+        go.set()
+    assert all(j.wait(10) for j in jobs)
+    assert neuron_jobs.job_for("ninth", load, "t", params=1).wait(10)  # finished ones no longer count
+
+
+def test_a_waiting_job_holds_no_model_and_loads_it_only_when_it_runs(fresh, monkeypatch):
+    """The app passes a weak reference: while the job waits for its slot nothing keeps the model alive."""
+    import gc
+
+    fake = FakeCompute()
+    monkeypatch.setattr(neuron_jobs, "compute", fake)
+    slot = HeldSlot()
+    loads = []
+
+    class Model:
+        pass
+
+    model = Model()
+    ref = weakref.ref(model)
+    job = neuron_jobs.NeuronJob(lambda: loads.append(1) or ref(), "t", 8, slot).start()
+    while job.state != "waiting":
+        threading.Event().wait(0.01)
+    assert loads == []  # not loaded while waiting
+    model = Model()  # a new model in its place: the old one had no other reference
+    gc.collect()
+    slot.free.set()
+    assert job.wait(10)
+    assert loads == [1] and fake.calls == []
+    assert (job.state, job.error) == ("failed", "the model was let go while its summary waited: open the page again")
+    assert job._load is None
+
+
+def test_a_session_waits_for_one_job_and_the_one_it_left_is_cancelled_unless_another_waits(fresh, monkeypatch):
+    fake = FakeCompute()
+    monkeypatch.setattr(neuron_jobs, "compute", fake)
+    slot = HeldSlot()
+    monkeypatch.setattr(neuron_jobs, "BIG_LOAD", slot)
+    big = neuron_jobs.BIG_MODEL_PARAMS + 1
+    a = neuron_jobs.job_for("A", load, "t", params=big, owner="s1")
+    shared = neuron_jobs.job_for("S", load, "t", params=big, owner="s2")
+    assert neuron_jobs.job_for("S", load, "t", params=big, owner="s3") is shared
+    assert (a.owners, shared.owners) == ({"s1"}, {"s2", "s3"})
+    b = neuron_jobs.job_for("B", load, "t", params=big, owner="s1")  # s1 leaves A for B: no one waits for A
+    assert a.wait(10) and a.state == "cancelled" and neuron_jobs.existing("A") is None
+    neuron_jobs.job_for("B", load, "t", params=big, owner="s2")  # s2 leaves S, but s3 still waits for it
+    assert neuron_jobs.existing("S") is shared and shared.owners == {"s3"} and not shared.finished
+    assert b.owners == {"s1", "s2"}
+    assert neuron_jobs.job_for("A", load, "t", params=big) is not a  # asked again: a new job
+    slot.free.set()
+    assert b.wait(10) and shared.wait(10) and (b.state, shared.state) == ("done", "done")
+    assert fake.calls == [("m", "t", 4096)] * 3  # B, S and the new A; the cancelled A never loaded or ran
+
+
+def test_asking_for_the_job_it_waits_for_again_keeps_it(fresh, monkeypatch):
+    monkeypatch.setattr(neuron_jobs, "compute", FakeCompute())
+    slot = HeldSlot()
+    monkeypatch.setattr(neuron_jobs, "BIG_LOAD", slot)
+    big = neuron_jobs.BIG_MODEL_PARAMS + 1
+    a = neuron_jobs.job_for("A", load, "t", params=big, owner="s1")
+    assert neuron_jobs.job_for("A", load, "t", params=big, owner="s1") is a and not a.finished
+    slot.free.set()
+    assert a.wait(10) and a.state == "done"
+    assert neuron_jobs.job_for("A", load, "t", params=big, owner="s9") is a and a.owners == {"s1"}  # done: kept as is

@@ -188,8 +188,8 @@ def test_a_gated_mlp_neuron_is_the_product_and_the_summary_matches_the_hook():
 
 def test_the_background_job_finishes_and_equals_the_synchronous_computation():
     model, tok = gated_model()
-    job = neuron_jobs.job_for(("test", "gated"), model, tok, n_tokens=320)
-    assert neuron_jobs.job_for(("test", "gated"), model, tok, n_tokens=320) is job  # one computation per model
+    job = neuron_jobs.job_for(("test", "gated"), lambda: model, tok, n_tokens=320, params=model.config.num_params())
+    assert neuron_jobs.job_for(("test", "gated"), lambda: model, tok, n_tokens=320, params=1) is job  # one per model
     assert job.wait(120) and job.state == "done", job.error
     sync = neurons.compute(model, tok, n_tokens=320)
     for a in neuron_store.ARRAYS:
@@ -209,7 +209,7 @@ def test_a_big_job_waits_for_the_shared_slot():
 
     threading.Thread(target=holder, daemon=True).start()
     held.wait(10)
-    job = neuron_jobs.NeuronJob(model, tok, 64, slots).start()
+    job = neuron_jobs.NeuronJob(lambda: model, tok, 64, slots).start()
     for _ in range(100):
         if job.state == "waiting":
             break

@@ -68,6 +68,40 @@ def test_gpt2_small_shape_computes_in_the_background():
     assert bars or any("over" in t and "tokens" in t for t in titles(at))
 
 
+def test_a_full_queue_of_summaries_is_a_notice_and_the_rest_of_the_page_works(monkeypatch):
+    """As many summaries as the server runs at once already queued (here: room for none): the page says so and
+    still draws the neuron on the user's text; no job is made."""
+    from collections import OrderedDict
+
+    from gptviz.interp import neuron_jobs
+
+    monkeypatch.setattr(neuron_jobs, "MAX_UNFINISHED", 0)
+    monkeypatch.setattr(neuron_jobs, "_JOBS", OrderedDict())
+    at = page("neurons")
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("already computing 0 neuron summaries" in str(i.value) for i in at.info), [i.value for i in at.info]
+    assert any(t.startswith("L0 N") and "each position" in t for t in titles(at))
+    assert not neuron_jobs._JOBS and not at.get("progress")
+
+
+def test_the_page_waits_as_its_session_and_asks_with_no_model_held(monkeypatch):
+    """What the page hands the job table: a weak reference to the model shown (no model held while waiting), its
+    parameter count, and this session as the one waiting."""
+    import weakref
+
+    from gptviz.interp import neuron_jobs
+
+    asked = []
+    real = neuron_jobs.job_for
+    monkeypatch.setattr(neuron_jobs, "job_for", lambda *a, **k: asked.append((a, k)) or real(*a, **k))
+    at = page("neurons")
+    assert not at.exception, [e.message for e in at.exception]
+    (key, load, tok, *_), kw = asked[-1]
+    assert isinstance(load, weakref.ref) and load() is not None
+    assert kw["params"] == load().config.num_params() and isinstance(kw["owner"], str) and kw["owner"]
+
+
 def hooked(model, rows) -> np.ndarray:
     """(L, B, T, d_mlp): what each MLP's c_proj reads (the neuron activations) for token rows (B, T), caught by a
     plain forward pre-hook."""

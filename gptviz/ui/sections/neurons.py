@@ -3,10 +3,12 @@ histogram), what it does on the user's text, and which tokens it pushes up and d
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Optional
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from ...interp import neuron_jobs, neuron_store
 from ...interp.neurons import NeuronStats, logit_effect, most_active, why_no_neurons
@@ -93,8 +95,14 @@ def summary(ctx, key: str) -> tuple[Optional[NeuronStats], str]:
         if why:
             st.caption(f"The shipped summary could not be read ({why}); computing it here instead.")
     jk = _job_key(ctx)
-    job = neuron_jobs.job_for(jk, ctx.model, ctx.tok)
-    if job.state == "failed":
+    run_ctx = get_script_run_ctx(suppress_warning=True)
+    try:  # a weak reference: the job holds no model while it waits (the registry or the session keeps it alive)
+        job = neuron_jobs.job_for(jk, weakref.ref(ctx.model), ctx.tok, params=ctx.cfg.num_params(),
+                                  owner=run_ctx.session_id if run_ctx is not None else None)
+    except neuron_jobs.QueueFull as e:
+        st.info(f"The neurons' summary over the held-out plays waits: {e}.", icon=":material/hourglass_top:")
+        return None, ""
+    if job.state in ("failed", "cancelled"):
         st.warning(f"The neurons could not be read over the held-out plays: {job.error}")
         if st.button("Try again", key=f"{key}.retry"):
             neuron_jobs.forget(jk)
