@@ -61,7 +61,6 @@ def _check(model: GPT, ids: list[int], n: int) -> None:
         raise ValueError(f"the prompt has token ids outside this model's vocabulary (0 to {V - 1})")
 
 
-@torch.no_grad()
 def continuation(model: GPT, prompt_ids: list[int], n_new: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None, greedy: bool = True, seed: int = 0,
                  force: Optional[tuple[int, int]] = None) -> Path:
@@ -69,34 +68,35 @@ def continuation(model: GPT, prompt_ids: list[int], n_new: int, temperature: flo
     likely token; sampled draws from the temperature / top-k / top-p distribution with a ``seed``ed generator (the
     same tokens as ``generation.generate`` with the same settings). ``force`` = (step, token id) takes that token
     at that step instead of the chosen one."""
-    ids = [int(i) for i in prompt_ids]
-    _check(model, ids, n_new)
-    check_sampling(temperature, top_k, top_p)
-    if force is not None:
-        at, fid = int(force[0]), int(force[1])
-        if not 0 <= at < n_new:
-            raise ValueError(f"forced_at={at} must be a step of the continuation (0 to {n_new - 1})")
-        if not 0 <= fid < model.config.vocab_size:
-            raise ValueError(f"forced_id={fid} is not a token of this model (0 to {model.config.vocab_size - 1})")
-        force = (at, fid)
-    g = torch.Generator().manual_seed(int(seed))
-    ctx = list(ids)
-    B = model.config.block_size
-    out = Path([], [], [])
-    for step in range(int(n_new)):
-        x = torch.tensor([ctx[-B:]], dtype=torch.long)
-        model.check_inputs(x)
-        logits = model.run(x)[0, -1]
-        d = distribution(logits, temperature, top_k, top_p)
-        tok = int(d.raw.argmax()) if greedy else int(torch.multinomial(d.final, 1, generator=g))
-        if force is not None and step == force[0]:
-            tok = force[1]
-        top_p_, top_i = torch.topk(d.raw, min(TOP, d.raw.shape[-1]))
-        out.tokens.append(tok)
-        out.probs.append(float(d.raw[tok]))
-        out.top.append([(int(i), float(p)) for i, p in zip(top_i.tolist(), top_p_.tolist())])
-        ctx.append(tok)
-    return out
+    with torch.no_grad():
+        ids = [int(i) for i in prompt_ids]
+        _check(model, ids, n_new)
+        check_sampling(temperature, top_k, top_p)
+        if force is not None:
+            at, fid = int(force[0]), int(force[1])
+            if not 0 <= at < n_new:
+                raise ValueError(f"forced_at={at} must be a step of the continuation (0 to {n_new - 1})")
+            if not 0 <= fid < model.config.vocab_size:
+                raise ValueError(f"forced_id={fid} is not a token of this model (0 to {model.config.vocab_size - 1})")
+            force = (at, fid)
+        g = torch.Generator().manual_seed(int(seed))
+        ctx = list(ids)
+        B = model.config.block_size
+        out = Path([], [], [])
+        for step in range(int(n_new)):
+            x = torch.tensor([ctx[-B:]], dtype=torch.long)
+            model.check_inputs(x)
+            logits = model.run(x)[0, -1]
+            d = distribution(logits, temperature, top_k, top_p)
+            tok = int(d.raw.argmax()) if greedy else int(torch.multinomial(d.final, 1, generator=g))
+            if force is not None and step == force[0]:
+                tok = force[1]
+            top_p_, top_i = torch.topk(d.raw, min(TOP, d.raw.shape[-1]))
+            out.tokens.append(tok)
+            out.probs.append(float(d.raw[tok]))
+            out.top.append([(int(i), float(p)) for i, p in zip(top_i.tolist(), top_p_.tolist())])
+            ctx.append(tok)
+        return out
 
 
 def parting_point(a: list[int], b: list[int]) -> Optional[int]:

@@ -68,14 +68,14 @@ def distribution(logits: torch.Tensor, temperature: float = 1.0, top_k: Optional
     return Distribution(raw, tempered, after_k, final, k_mask & p_mask)
 
 
-@torch.no_grad()
 def next_token_logits(model: GPT, ids: list[int]) -> torch.Tensor:
     """The logits for the token after ``ids`` (the last ``block_size`` of them). Shape (V,)."""
-    if not ids:
-        raise ValueError("the prompt needs at least one token")
-    x = torch.tensor([list(ids)[-model.config.block_size:]], dtype=torch.long)
-    model.check_inputs(x)
-    return model.run(x)[0, -1]
+    with torch.no_grad():
+        if not ids:
+            raise ValueError("the prompt needs at least one token")
+        x = torch.tensor([list(ids)[-model.config.block_size:]], dtype=torch.long)
+        model.check_inputs(x)
+        return model.run(x)[0, -1]
 
 
 @dataclass
@@ -84,29 +84,29 @@ class GenStep:
     dist: Distribution
 
 
-@torch.no_grad()
 def generate(model: GPT, ids: list[int], steps: int, temperature: float = 1.0, top_k: Optional[int] = None,
              top_p: Optional[float] = None, greedy: bool = False, seed: int = 0) -> list[GenStep]:
     """Add ``steps`` tokens to ``ids`` one at a time. Greedy takes the most likely token each time.
 
     The context is the last ``block_size`` tokens. Seeded: the same call gives the same tokens.
     """
-    if not ids:
-        raise ValueError("generation needs a prompt of at least one token")
-    check_sampling(temperature, top_k, top_p)
-    g = torch.Generator().manual_seed(seed)
-    ctx = list(ids)
-    out: list[GenStep] = []
-    B = model.config.block_size
-    for _ in range(steps):
-        x = torch.tensor([ctx[-B:]], dtype=torch.long)
-        model.check_inputs(x)
-        logits = model.run(x)[0, -1]
-        d = distribution(logits, temperature, top_k, top_p)
-        if greedy:
-            tok = int(d.raw.argmax())
-        else:
-            tok = int(torch.multinomial(d.final, 1, generator=g))
-        ctx.append(tok)
-        out.append(GenStep(tok, d))
-    return out
+    with torch.no_grad():
+        if not ids:
+            raise ValueError("generation needs a prompt of at least one token")
+        check_sampling(temperature, top_k, top_p)
+        g = torch.Generator().manual_seed(seed)
+        ctx = list(ids)
+        out: list[GenStep] = []
+        B = model.config.block_size
+        for _ in range(steps):
+            x = torch.tensor([ctx[-B:]], dtype=torch.long)
+            model.check_inputs(x)
+            logits = model.run(x)[0, -1]
+            d = distribution(logits, temperature, top_k, top_p)
+            if greedy:
+                tok = int(d.raw.argmax())
+            else:
+                tok = int(torch.multinomial(d.final, 1, generator=g))
+            ctx.append(tok)
+            out.append(GenStep(tok, d))
+        return out
