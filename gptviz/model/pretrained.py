@@ -119,8 +119,13 @@ def _tensor_table(shards: list[Path]) -> dict[str, tuple[Path, tuple, str]]:
 
 def resolve_folder(path_or_repo_id: Union[str, Path]) -> Path:
     """The local folder of a model: the path itself, or the hub's copy of a repo id ("owner/name")."""
-    p = Path(path_or_repo_id).expanduser()
-    if p.is_dir():
+    p = Path(path_or_repo_id)
+    try:
+        p = p.expanduser()
+        is_dir = p.is_dir()
+    except (OSError, RuntimeError):  # a name too long for the file system, or "~user" of no such user: no folder
+        is_dir = False
+    if is_dir:
         return p
     name = str(path_or_repo_id)
     if not _REPO_ID.fullmatch(name):
