@@ -390,8 +390,10 @@ def test_past_max_unfinished_a_new_job_is_refused_with_a_sentence_and_a_finished
     assert neuron_jobs.MAX_UNFINISHED == 8
     try:
         jobs = [neuron_jobs.job_for(i, load, "t", params=1) for i in range(8)]
-        with pytest.raises(neuron_jobs.QueueFull, match="already computing 8 neuron summaries.*open the page again"):
+        with pytest.raises(neuron_jobs.QueueFull) as refused:
             neuron_jobs.job_for("ninth", load, "t", params=1)
+        assert str(refused.value) == ("this server is already computing 8 neuron summaries, as many as it runs at "
+                                      "once: this model's starts when you open the page again after one of them ends")
         assert neuron_jobs.existing("ninth") is None and len(neuron_jobs._JOBS) == 8
         assert neuron_jobs.job_for(3, load, "t", params=1) is jobs[3]  # one already there is still given
     finally:
@@ -439,6 +441,7 @@ def test_a_session_waits_for_one_job_and_the_one_it_left_is_cancelled_unless_ano
     assert (a.owners, shared.owners) == ({"s1"}, {"s2", "s3"})
     b = neuron_jobs.job_for("B", load, "t", params=big, owner="s1")  # s1 leaves A for B: no one waits for A
     assert a.wait(10) and a.state == "cancelled" and neuron_jobs.existing("A") is None
+    assert a.error == "no one waits for this summary any more"  # what a page would show
     neuron_jobs.job_for("B", load, "t", params=big, owner="s2")  # s2 leaves S, but s3 still waits for it
     assert neuron_jobs.existing("S") is shared and shared.owners == {"s3"} and not shared.finished
     assert b.owners == {"s1", "s2"}
@@ -458,3 +461,21 @@ def test_asking_for_the_job_it_waits_for_again_keeps_it(fresh, monkeypatch):
     slot.free.set()
     assert a.wait(10) and a.state == "done"
     assert neuron_jobs.job_for("A", load, "t", params=big, owner="s9") is a and a.owners == {"s1"}  # done: kept as is
+
+
+def test_a_job_cancelled_before_its_slot_came_leaves_without_loading(fresh, monkeypatch):
+    """Cancelled while its slot was being granted (the slot lets it in without a wait): it checks once inside the
+    slot, loads nothing, and says why."""
+    fake = FakeCompute()
+    monkeypatch.setattr(neuron_jobs, "compute", fake)
+    loads = []
+
+    class OpenSlot:
+        @contextmanager
+        def hold(self, on_wait=None):
+            yield False
+
+    job = neuron_jobs.NeuronJob(lambda: loads.append(1) or "m", "t", 8, OpenSlot())
+    job.cancel()
+    assert job.start().wait(10)
+    assert (job.state, job.error, loads, fake.calls) == ("cancelled", "no one waits for this summary any more", [], [])
