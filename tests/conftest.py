@@ -9,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # One torch thread in each test process, and in every server or script a test starts (OMP_NUM_THREADS is inherited).
-# scripts/test runs one xdist worker per core, so torch's default of a thread per core would put four threads on two
-# cores; for models this small the thread pool's hand-offs cost more than the arithmetic. Measured on this 2-core
+# scripts/test runs three xdist workers on two cores, so torch's default of a thread per core would put six threads
+# on two cores; for models this small the thread pool's hand-offs cost more than the arithmetic. Measured on this 2-core
 # machine beside other work: a 150-step, 2-layer training test took 50.9 s and 28.3 s on two threads, 13.3 s and
 # 7.6 s on one (the same test, alternating, 2026-11-27). A test that is about threads sets its own count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -445,9 +445,11 @@ def test_a_session_waits_for_one_job_and_the_one_it_left_is_cancelled_unless_ano
     neuron_jobs.job_for("B", load, "t", params=big, owner="s2")  # s2 leaves S, but s3 still waits for it
     assert neuron_jobs.existing("S") is shared and shared.owners == {"s3"} and not shared.finished
     assert b.owners == {"s1", "s2"}
-    assert neuron_jobs.job_for("A", load, "t", params=big) is not a  # asked again: a new job
+    again = neuron_jobs.job_for("A", load, "t", params=big)
+    assert again is not a  # asked again: a new job
     slot.free.set()
-    assert b.wait(10) and shared.wait(10) and (b.state, shared.state) == ("done", "done")
+    assert b.wait(10) and shared.wait(10) and again.wait(10)
+    assert (b.state, shared.state, again.state) == ("done", "done", "done")
     assert fake.calls == [("m", "t", 4096)] * 3  # B, S and the new A; the cancelled A never loaded or ran
 
 
