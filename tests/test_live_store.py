@@ -17,7 +17,13 @@ from gptviz.live import CODE_ALPHABET, MAX_CHOICES, ClassStoreFull, open_store
 from gptviz.live.memory_store import MemoryStore
 
 LESSON = "02_one_attention_head"
-IDS = [f"student-{i:04d}" for i in range(64)]
+
+
+def ids(s, code: str, n: int = 64) -> list[str]:
+    """``n`` student ids issued by class ``code`` (only issued ids join or answer: see the forged-id tests)."""
+    out = [s.new_student(code) for _ in range(n)]
+    assert len(set(out)) == n and all(isinstance(i, str) and len(i) == 32 for i in out)
+    return out
 
 
 def _free_port() -> int:
@@ -109,6 +115,7 @@ def test_a_new_class_has_a_short_unambiguous_code_a_secret_token_and_starts_at_s
 def test_one_answer_per_student_changeable_until_the_reveal(make):
     s = make()
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     chosen = {}
     for i, sid in enumerate(IDS[:10]):
         assert s.join(code, sid, f"kid {i}")
@@ -135,6 +142,7 @@ def test_one_answer_per_student_changeable_until_the_reveal(make):
 def test_answers_only_for_the_current_step_and_kept_per_step(make):
     s = make()
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     assert s.answer(code, IDS[0], 0, 2)
     assert not s.answer(code, IDS[0], 1, 2), "step 1 is not the class's step yet"
     assert s.advance(code, token, 1)
@@ -169,6 +177,7 @@ def test_only_the_teacher_token_advances_or_reveals(make):
 def test_bad_arguments_are_refused_without_raising(make):
     s = make()
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     assert not s.advance(code, token, -1) and not s.advance(code, token, 10**6) and not s.advance(code, token, "1")
     assert not s.advance(code, token, True) and not s.reveal(code, token, "yes")
     for choice in (-1, MAX_CHOICES, 10**9, 1.0, "1", True, None):
@@ -189,6 +198,7 @@ def test_bad_arguments_are_refused_without_raising(make):
 def test_bounds_on_classes_and_students(make):
     s = make(max_classes=3, max_students=5)
     code, _ = s.create(LESSON)
+    IDS = ids(s, code)
     s.create(LESSON)
     s.create(LESSON)
     with pytest.raises(ClassStoreFull):
@@ -203,6 +213,7 @@ def test_bounds_on_classes_and_students(make):
 def test_an_idle_class_expires_and_activity_keeps_it(make):
     s = make(idle_seconds=0.6, max_classes=1)
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     for _ in range(4):  # 4 x 0.3 s > 0.6 s, but each answer refreshes the class
         time.sleep(0.3)
         assert s.answer(code, IDS[0], 0, 1)
@@ -216,6 +227,7 @@ def test_an_idle_class_expires_and_activity_keeps_it(make):
 def test_concurrent_answers_from_threads_count_once_each(make):
     s = make()
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     final = {sid: (i * 7) % MAX_CHOICES for i, sid in enumerate(IDS[:48])}
     barrier = threading.Barrier(8)
     errors = []
@@ -246,6 +258,7 @@ def test_redis_keys_carry_a_ttl_and_the_token_is_stored_only_as_a_hash(redis_url
     from gptviz.live.redis_store import RedisStore
     s = RedisStore(redis_url, prefix="ttl", idle_seconds=100)
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     s.answer(code, IDS[0], 0, 1)
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = r.keys("ttl:*")
@@ -261,6 +274,7 @@ def test_answered_counts_students_so_two_alike_answers_count_twice(make):
     written out here, counted by hand (``Counter``), and the number answered is the number of students."""
     s = make()
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     assert s.answer(code, IDS[0], 0, 3) and s.answer(code, IDS[1], 0, 3)
     assert s.answers(code, 0) == {3: 2} and sum(s.answers(code, 0).values()) == 2
     assert s.my_answer(code, IDS[0], 0) == 3 and s.my_answer(code, IDS[1], 0) == 3
@@ -283,6 +297,7 @@ def test_rejoining_with_an_empty_nickname_keeps_the_old_one(make):
     student gave stays. Only a new, non-empty nickname replaces it; an answer (which joins) keeps it too."""
     s = make()
     code, _ = s.create(LESSON)
+    IDS = ids(s, code)
     assert s.join(code, IDS[0], "Ann") and s.nicknames(code) == ["Ann"]
     assert s.join(code, IDS[0], "") and s.nicknames(code) == ["Ann"], "an empty nickname must keep the old one"
     assert s.join(code, IDS[0]) and s.join(code, IDS[0], "   ") and s.nicknames(code) == ["Ann"]

@@ -8,7 +8,7 @@ import socket
 import pytest
 import redis
 import test_live_store
-from test_live_store import IDS, LESSON
+from test_live_store import LESSON, ids
 
 from gptviz.live import ClassStoreFull, ClassStoreUnavailable, open_store, redis_store
 from gptviz.live.redis_store import RedisStore
@@ -25,7 +25,7 @@ def _closed_port() -> int:
 
 def test_every_call_says_the_class_store_failed_when_redis_cannot_be_reached():
     s = open_store(f"redis://127.0.0.1:{_closed_port()}/0", idle_seconds=60)
-    code, token, sid = "ABCDEF", "T" * 32, IDS[0]
+    code, token, sid = "ABCDEF", "T" * 32, "s" * 32
     calls = {"create": lambda: s.create(LESSON), "get": lambda: s.get(code), "version": lambda: s.version(code),
              "is_teacher": lambda: s.is_teacher(code, token), "advance": lambda: s.advance(code, token, 1),
              "reveal": lambda: s.reveal(code, token), "answer": lambda: s.answer(code, sid, 0, 1),
@@ -73,6 +73,7 @@ def test_the_keys_are_the_documented_ones_under_the_prefix_and_all_expire_after_
     s = RedisStore(redis_url, idle_seconds=3000)
     assert s.prefix == "gptviz"
     code, token = s.create(LESSON, "pt-BR", "a=1")
+    IDS = ids(s, code)
     assert s.join(code, IDS[0], "Ann") and s.answer(code, IDS[1], 0, 3)
     assert s.advance(code, token, 2) and s.answer(code, IDS[0], 2, 5)
     k = f"gptviz:class:{{{code}}}"
@@ -86,6 +87,7 @@ def test_the_keys_are_the_documented_ones_under_the_prefix_and_all_expire_after_
     assert (h["lesson_id"], h["lang"], h["step"], h["revealed"], h["version"], h["settings"]) == (
         LESSON, "pt-BR", "2", "0", "2", "a=1")
     assert len(h["token"]) == 64 and token not in h.values()
+    assert len(h["secret"]) == 43 and h["idle"] == "3000000", "the class's own secret and idle time (ms)"
     r.delete(*r.keys("gptviz:*"))
 
 
@@ -109,6 +111,7 @@ def test_the_idle_time_is_passed_to_redis_in_milliseconds(redis_url):
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     s = RedisStore(redis_url, prefix="ms", idle_seconds=250.5)
     code, _ = s.create(LESSON)
+    IDS = ids(s, code)
     assert 200_000 < r.pttl(f"ms:class:{{{code}}}") <= 250_500
     assert s.join(code, IDS[0])
     assert all(200_000 < r.pttl(k) <= 250_500 for k in r.keys("ms:*"))
@@ -148,6 +151,7 @@ def test_a_step_or_a_student_id_of_the_wrong_type_reads_nothing_even_where_answe
     values equal to a real step (``True == 1``, ``1.0 == 1``, ``"0"`` spelled into a Redis key) and ids that
     cannot be looked up (a list): the answers stored at steps 0 and 1 must not leak through them."""
     code, token = store.create(LESSON)
+    IDS = ids(store, code)
     sid = IDS[0]
     assert store.answer(code, sid, 0, 2) and store.advance(code, token, 1) and store.answer(code, sid, 1, 6)
     assert store.my_answer(code, sid, 0) == 2 and store.my_answer(code, sid, 1) == 6
@@ -179,6 +183,7 @@ def test_a_class_whose_hash_is_gone_shows_no_answers_or_students_even_if_those_k
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     s = RedisStore(redis_url, prefix="gone", idle_seconds=60)
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     assert s.join(code, IDS[0], "Ann") and s.answer(code, IDS[0], 0, 4)
     assert s.answers(code, 0) == {4: 1} and s.nicknames(code) == ["Ann"]
     r.delete(f"gone:class:{{{code}}}")

@@ -14,7 +14,6 @@ from gptviz.live import (
     good_student,
     good_token,
     memory_store,
-    new_student_id,
     normalise_code,
 )
 from gptviz.live.memory_store import MemoryStore
@@ -30,7 +29,10 @@ from gptviz.live.store import (
 )
 
 LESSON = "02_one_attention_head"
-IDS = [f"student-{i:04d}" for i in range(8)]
+
+
+def ids(s, code: str, n: int = 8) -> list[str]:
+    return [s.new_student(code) for _ in range(n)]
 ENV = ("GPTVIZ_CLASS_IDLE_SECONDS", "GPTVIZ_MAX_CLASSES", "GPTVIZ_MAX_STUDENTS")
 
 
@@ -116,12 +118,36 @@ def test_a_typed_code_is_read_without_spaces_or_dashes_in_upper_case():
 
 def test_a_new_token_and_a_new_student_id_are_url_safe_and_as_long_as_their_random_bytes_give():
     """token_urlsafe(n) is base64 of n random bytes without padding: 24 bytes -> 32 characters (the teacher's
-    token, 192 bits), 12 bytes -> 16 characters (a student id); both fit the checks that guard every call."""
+    token, 192 bits); a student id is 12 random bytes (16 characters) and 12 bytes of HMAC-SHA256 (16
+    characters); both fit the checks that guard every call."""
     tokens = {new_token() for _ in range(50)}
-    ids = {new_student_id() for _ in range(50)}
-    assert len(tokens) == 50 and len(ids) == 50
+    s = MemoryStore(clock=Clock())
+    code, _ = s.create(LESSON)
+    issued = set(ids(s, code, 50))
+    assert len(tokens) == 50 and len(issued) == 50
     assert all(len(t) == 32 and re.fullmatch(r"[A-Za-z0-9_-]+", t) and good_token(t) for t in tokens)
-    assert all(len(i) == 16 and re.fullmatch(r"[A-Za-z0-9_-]+", i) and good_student(i) for i in ids)
+    assert all(len(i) == 32 and re.fullmatch(r"[A-Za-z0-9_-]+", i) and good_student(i) for i in issued)
+    assert len({i[:16] for i in issued}) == 50, "the random parts differ"
+
+
+def test_a_student_id_is_its_random_part_then_the_hmac_of_the_code_and_that_part_under_the_class_secret():
+    """Oracle: the signature computed here with ``hmac``/``hashlib``/``base64`` from the documented recipe
+    (HMAC-SHA256, key the class's secret, message ``CODE:random part``, first 12 bytes, base64url), and RFC 4231's
+    test case 2 for the library's HMAC-SHA256 itself."""
+    import base64
+    import hashlib
+    import hmac
+    rfc = hmac.new(b"Jefe", b"what do ya want for nothing?", hashlib.sha256).hexdigest()
+    assert rfc == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    s = MemoryStore(clock=Clock())
+    code, _ = s.create(LESSON)
+    secret = s._classes[code].secret
+    sid = s.new_student(code)
+    nonce, sig = sid[:16], sid[16:]
+    want = base64.urlsafe_b64encode(hmac.new(secret.encode(), f"{code}:{nonce}".encode(), hashlib.sha256)
+                                    .digest()[:12]).decode()
+    assert sig == want and s.issued(code, sid)
+    assert secret not in repr(s.get(code)) and sid not in secret
 
 
 def test_the_token_is_kept_as_its_sha256_and_compared_only_when_well_formed():
@@ -198,6 +224,7 @@ def test_created_and_touched_come_from_the_clock_and_only_activity_moves_touched
     clock = Clock(5_000.0)
     s = MemoryStore(idle_seconds=10_000, clock=clock)
     code, token = s.create(LESSON, "es", "a=1")
+    IDS = ids(s, code)
     st = s.get(code)
     assert (st.created, st.touched, st.step, st.revealed, st.version, st.settings) == (5_000.0, 5_000.0, 0, False,
                                                                                           1, "a=1")
@@ -221,6 +248,7 @@ def test_activity_keeps_a_class_alive_past_idle_seconds_from_its_creation():
     clock = Clock()
     s = MemoryStore(idle_seconds=10, clock=clock)
     code, token = s.create(LESSON)
+    IDS = ids(s, code)
     for t in (1_008.0, 1_016.0, 1_024.0):
         clock.t = t
         assert s.answer(code, IDS[0], 0, 2)
@@ -260,6 +288,7 @@ def test_a_new_code_is_drawn_again_while_it_is_taken(monkeypatch):
 def test_a_full_class_refuses_a_new_student_at_exactly_max_students_but_not_one_below():
     s = MemoryStore(max_students=3, clock=Clock())
     code, _ = s.create(LESSON)
+    IDS = ids(s, code)
     assert s.join(code, IDS[0], "A") and s.answer(code, IDS[1], 0, 4)
     assert s.students(code) == 2
     assert s.join(code, IDS[2], "C"), "the third of three fits"

@@ -10,6 +10,7 @@ from typing import Optional
 from .memory_store import MemoryStore
 from .store import (
     CODE_ALPHABET,
+    LEFT_CLASS_SECONDS,
     MAX_CHOICES,
     NICKNAME_MAX,
     ClassState,
@@ -20,7 +21,6 @@ from .store import (
     good_nickname,
     good_student,
     good_token,
-    new_student_id,
     normalise_code,
 )
 
@@ -39,6 +39,6 @@ def open_store(url: Optional[str] = _UNSET, **limits) -> ClassStore:  # type: ig
     return MemoryStore(**limits)
 
 
-__all__ = ["CODE_ALPHABET", "MAX_CHOICES", "NICKNAME_MAX", "ClassState", "ClassStore", "ClassStoreFull",
-           "ClassStoreUnavailable", "MemoryStore", "good_code", "good_nickname", "good_student", "good_token",
-           "new_student_id", "normalise_code", "open_store"]
+__all__ = ["CODE_ALPHABET", "LEFT_CLASS_SECONDS", "MAX_CHOICES", "NICKNAME_MAX", "ClassState", "ClassStore",
+           "ClassStoreFull", "ClassStoreUnavailable", "MemoryStore", "good_code", "good_nickname", "good_student",
+           "good_token", "normalise_code", "open_store"]

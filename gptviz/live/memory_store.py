@@ -18,10 +18,14 @@ from .store import (
     good_code,
     good_int,
     good_nickname,
+    good_seconds,
     good_student,
+    issue_student,
     new_code,
+    new_secret,
     new_token,
     same_token,
+    signed_student,
     token_hash,
 )
 
@@ -30,6 +34,7 @@ from .store import (
 class _Class:
     state: ClassState
     token_hash: str
+    secret: str  # signs this class's student ids; never leaves the store
     students: dict[str, str] = field(default_factory=dict)  # student id -> nickname
     answers: dict[int, dict[str, int]] = field(default_factory=dict)  # step -> student id -> choice
 
@@ -47,14 +52,14 @@ class MemoryStore(ClassStore):
         if not good_code(code):
             return None
         c = self._classes.get(code)
-        if c is not None and self._clock() - c.state.touched > self.idle_seconds:
+        if c is not None and self._clock() - c.state.touched > c.state.idle:
             del self._classes[code]
             return None
         return c
 
     def _sweep(self) -> None:
         now = self._clock()
-        for code in [k for k, c in self._classes.items() if now - c.state.touched > self.idle_seconds]:
+        for code in [k for k, c in self._classes.items() if now - c.state.touched > c.state.idle]:
             del self._classes[code]
 
     def _touch(self, c: _Class, **changes) -> None:
@@ -72,8 +77,8 @@ class MemoryStore(ClassStore):
             while code in self._classes:
                 code = new_code()
             now = self._clock()
-            self._classes[code] = _Class(ClassState(code, lesson_id, lang, 0, False, 1, now, now,
-                                                              settings), token_hash(token))
+            self._classes[code] = _Class(ClassState(code, lesson_id, lang, 0, False, 1, now, now, settings,
+                                                    self.idle_seconds), token_hash(token), new_secret())
         return code, token
 
     def get(self, code: str) -> Optional[ClassState]:
@@ -118,11 +123,16 @@ class MemoryStore(ClassStore):
             c.students[student_id] = nickname or ""
         return True
 
+    def _student(self, code: object, student_id: object) -> Optional[_Class]:
+        """The live class, when ``student_id`` is one it issued (under the lock only)."""
+        c = self._live(code)
+        return c if c is not None and signed_student(c.secret, code, student_id) else None
+
     def answer(self, code: str, student_id: str, step: int, choice: int) -> bool:
         if not (good_student(student_id) and good_int(step, 0, MAX_STEP) and good_int(choice, 0, MAX_CHOICES)):
             return False
         with self._lock:
-            c = self._live(code)
+            c = self._student(code, student_id)
             if c is None or c.state.revealed or c.state.step != step or not self._joined(c, student_id, None):
                 return False
             c.answers.setdefault(step, {})[student_id] = choice
@@ -144,14 +154,14 @@ class MemoryStore(ClassStore):
         if not (good_student(student_id) and good_int(step, 0, MAX_STEP)):
             return None
         with self._lock:
-            c = self._live(code)
+            c = self._student(code, student_id)
             return None if c is None else c.answers.get(step, {}).get(student_id)
 
     def join(self, code: str, student_id: str, nickname: str = "") -> bool:
         if not good_student(student_id) or not good_nickname(nickname):
             return False
         with self._lock:
-            c = self._live(code)
+            c = self._student(code, student_id)
             if c is None or not self._joined(c, student_id, nickname.strip()):
                 return False
             self._touch(c)
@@ -166,3 +176,30 @@ class MemoryStore(ClassStore):
         with self._lock:
             c = self._live(code)
             return [] if c is None else sorted(n for n in c.students.values() if n)
+
+    def new_student(self, code: str) -> Optional[str]:
+        with self._lock:
+            c = self._live(code)
+            return None if c is None else issue_student(c.secret, code)
+
+    def issued(self, code: str, student_id: str) -> bool:
+        with self._lock:
+            return self._student(code, student_id) is not None
+
+    def end(self, code: str, token: str, only_if_empty: bool = False) -> bool:
+        with self._lock:
+            c = self._live(code)
+            if c is None or not same_token(token, c.token_hash) or (only_if_empty and c.students):
+                return False
+            del self._classes[code]
+            return True
+
+    def expire(self, code: str, token: str, seconds: float) -> bool:
+        if not good_seconds(seconds):
+            return False
+        with self._lock:
+            c = self._live(code)
+            if c is None or not same_token(token, c.token_hash):
+                return False
+            self._touch(c, idle=min(c.state.idle, float(seconds)))
+            return True

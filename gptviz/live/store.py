@@ -33,6 +33,22 @@ call with ``ClassStoreUnavailable`` when Redis cannot be reached):
 ``join(code, student_id, nickname="") -> bool``
     adds the student; again with a nickname: changes it (an empty one keeps the old); False when the class is
     full or the nickname is bad.
+``new_student(code) -> str | None``
+    a student id this class issued (None: no such class). Each class has its own random ``secret`` (kept in the
+    store beside the class, never returned by any method, never in ``ClassState``); an id is a random part and
+    an HMAC-SHA256 of the code and that part keyed with the secret, truncated, base64url
+    (``STUDENT_ID_CHARS`` characters). It adds no student: ``join`` (or a first ``answer``) does.
+``issued(code, student_id) -> bool``
+    the id was issued by this class (its signature checks, ``hmac.compare_digest``). ``join``, ``answer`` and
+    ``my_answer`` check it themselves: any other id, well formed or not (made up, another class's, one
+    character changed), joins nothing, answers nothing and reads nothing.
+``end(code, token, only_if_empty=False) -> bool``
+    teacher only; the class and everything in it is gone at once. ``only_if_empty``: only when no student has
+    joined (False, and nothing changes, when one has), in one step with the check.
+``expire(code, token, seconds) -> bool``
+    teacher only; from now on the class ends after ``seconds`` without activity (0 < seconds <= its idle time
+    so far: it never lengthens). The page does this when a teacher leaves a class students joined
+    (``LEFT_CLASS_SECONDS``).
 ``students(code) -> int``
     how many students joined.
 Extras (not needed by followers):
@@ -43,12 +59,13 @@ Extras (not needed by followers):
 ``is_teacher(code, token) -> bool``
     the token is this class's teacher token.
 
-Activity (create, advance, reveal, answer, join) refreshes the class; a class nobody touched for
-``idle_seconds`` (``GPTVIZ_CLASS_IDLE_SECONDS``, default 4 hours) is gone. A class holds no personal data beyond
-the optional nickname.
+Activity (create, advance, reveal, answer, join) refreshes the class; a class nobody touched for its idle time
+(``idle_seconds``: ``GPTVIZ_CLASS_IDLE_SECONDS``, default 4 hours; less after ``expire``; ``ClassState.idle``) is
+gone. A class holds no personal data beyond the optional nickname.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -61,7 +78,11 @@ CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, no 1/I
 CODE_LEN = 6
 CODE_RE = re.compile(r"[A-HJ-NP-Z2-9]{6}")
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{20,64}")
-STUDENT_RE = re.compile(r"[A-Za-z0-9_-]{8,32}")
+STUDENT_RE = re.compile(r"[A-Za-z0-9_-]{8,32}")  # well formed; an issued id is also signed (``signed_student``)
+STUDENT_NONCE_BYTES = 12  # the random part: 12 bytes, 16 base64url characters
+STUDENT_SIG_BYTES = 12  # the HMAC-SHA256, truncated to 96 bits: 16 base64url characters
+_SIG_CHARS = STUDENT_SIG_BYTES * 4 // 3
+STUDENT_ID_CHARS = STUDENT_NONCE_BYTES * 4 // 3 + _SIG_CHARS  # 32: an issued id, the random part then the signature
 LESSON_RE = re.compile(r"[A-Za-z0-9_.-]{1,80}")
 LANG_RE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})?")  # as gptviz.present.lessons.wording.LANG_CODE
 NICKNAME_MAX = 24
@@ -73,6 +94,10 @@ SETTINGS_RE = re.compile(r"[\x21-\x7e]*")  # a URL query string: printable ASCII
 DEFAULT_IDLE_SECONDS = 4 * 3600
 DEFAULT_MAX_CLASSES = 200
 DEFAULT_MAX_STUDENTS = 200
+# A class its teacher left ("Leave the class on this screen") while students were in it ends after this long
+# without activity (an empty one ends at once): a session that starts and leaves classes in a loop holds none.
+LEFT_CLASS_SECONDS = 600
+MAX_IDLE_SECONDS = 7 * 24 * 3600
 
 
 class ClassStoreFull(RuntimeError):
@@ -94,6 +119,7 @@ class ClassState:
     created: float  # epoch seconds
     touched: float  # epoch seconds, the last activity
     settings: str = ""  # the teacher's shared settings, a URL query string ("preset=default&text=...")
+    idle: float = 0.0  # seconds: the class ends this long after ``touched`` (the store's idle_seconds, or less)
 
 
 def _env_number(name: str, default: float, low: float, high: float) -> float:
@@ -107,7 +133,7 @@ def _env_number(name: str, default: float, low: float, high: float) -> float:
 
 
 def idle_seconds_from_env() -> float:
-    return _env_number("GPTVIZ_CLASS_IDLE_SECONDS", DEFAULT_IDLE_SECONDS, 0.05, 7 * 24 * 3600)
+    return _env_number("GPTVIZ_CLASS_IDLE_SECONDS", DEFAULT_IDLE_SECONDS, 0.05, MAX_IDLE_SECONDS)
 
 
 def max_classes_from_env() -> int:
@@ -155,8 +181,34 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-def new_student_id() -> str:
-    return secrets.token_urlsafe(12)
+def new_secret() -> str:
+    """A class's own key for signing its students' ids (256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def _student_signature(secret: str, code: str, nonce: str) -> str:
+    mac = hmac.new(secret.encode(), f"{code}:{nonce}".encode(), hashlib.sha256).digest()[:STUDENT_SIG_BYTES]
+    return base64.urlsafe_b64encode(mac).decode()
+
+
+def issue_student(secret: str, code: str) -> str:
+    """A new student id for class ``code``: a random part, then its signature under the class's secret."""
+    nonce = secrets.token_urlsafe(STUDENT_NONCE_BYTES)
+    return nonce + _student_signature(secret, code, nonce)
+
+
+def signed_student(secret: Optional[str], code: str, student_id: object) -> bool:
+    """The id was issued for class ``code`` with this secret (constant-time compare); False for anything else."""
+    if not secret or not good_student(student_id) or len(student_id) != STUDENT_ID_CHARS:
+        return False
+    nonce, signature = student_id[:-_SIG_CHARS], student_id[-_SIG_CHARS:]
+    return hmac.compare_digest(signature, _student_signature(secret, code, nonce))
+
+
+def good_seconds(seconds: object) -> bool:
+    """A number of seconds (int or float, not a bool) in (0, MAX_IDLE_SECONDS]."""
+    return (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+            and 0 < seconds <= MAX_IDLE_SECONDS)
 
 
 def token_hash(token: str) -> str:
@@ -224,4 +276,16 @@ class ClassStore:
     def is_teacher(self, code: str, token: str) -> bool:
         """The token is this class's teacher token (for the UI to decide what to draw; the teacher-only methods
         check it again themselves)."""
+        raise NotImplementedError
+
+    def new_student(self, code: str) -> Optional[str]:
+        raise NotImplementedError
+
+    def issued(self, code: str, student_id: str) -> bool:
+        raise NotImplementedError
+
+    def end(self, code: str, token: str, only_if_empty: bool = False) -> bool:
+        raise NotImplementedError
+
+    def expire(self, code: str, token: str, seconds: float) -> bool:
         raise NotImplementedError
