@@ -73,8 +73,9 @@ def test_a_class_answers_live_and_the_reveal_shows_its_answers_beside_the_truth(
     assert teacher.query_params["teach"] == token and teacher.query_params["class"] == code
 
     # three students: two by the link (one typing the code in lower case), one through the join box
-    s1 = open_page(**{"class": code.lower(), "me": "student-one-1"})
-    s2 = open_page(**{"class": code, "me": "student-two-22"})
+    one, two, four = (store().new_student(code) for _ in range(3))  # ids the class issued (as a join link gets)
+    s1 = open_page(**{"class": code.lower(), "me": one})
+    s2 = open_page(**{"class": code, "me": two})
     s3 = open_page(lesson="03_initial_loss")
     s3.text_input(key="lessons.live.code_in").set_value(f" {code[:3].lower()}-{code[3:]} ")
     s3.text_input(key="lessons.live.nick_in").set_value("Zoë <b>")
@@ -87,13 +88,13 @@ def test_a_class_answers_live_and_the_reveal_shows_its_answers_beside_the_truth(
     assert s3.session_state["lessons.pick"] == LID, "the student was taken to the class's lesson"
     teacher = clean(teacher.run())
     assert "Joined: Zoë and 2 without a nickname" in [c.value for c in teacher.caption]
-    assert store().join(code, "student-four-4", "a_b*c") is False  # * is no nickname character
-    assert store().join(code, "student-four-4", "_x_")
+    assert store().join(code, four, "a_b*c") is False  # * is no nickname character
+    assert store().join(code, four, "_x_")
     teacher = clean(teacher.run())  # Markdown's own characters shown as themselves
     assert r"Joined: Zoë, \_x\_ and 2 without a nickname" in [c.value for c in teacher.caption]
     for at in (s1, s2, s3):  # who joined without the teacher's text in their address got it from the class
         assert at.session_state["gptviz.settings"]["text"] == TEACHERS_TEXT
-    assert s1.query_params["me"] == "student-one-1" and "teach" not in s1.query_params
+    assert s1.query_params["me"] == one and "teach" not in s1.query_params
     key = ANSWER.format(code=code, i=0)
     for at in (s1, s2, s3):
         assert not [b for b in at.button if b.key == "lessons.live.reveal.0"], "a student has no Reveal"
@@ -126,15 +127,18 @@ def test_a_class_answers_live_and_the_reveal_shows_its_answers_beside_the_truth(
     verdict = " ".join(m.value for m in s2.markdown)
     assert ("**Right!**" if truth == 1 else f"Not quite: the answer is **{n}**") in verdict
     assert histogram(s2)[1] == counts
-    assert not store().answer(code, "student-two-22", 0, 2), "no answer counts after the reveal"
+    assert not store().answer(code, two, 0, 2), "no answer counts after the reveal"
 
 
 def test_students_follow_the_teacher_explore_and_come_back_and_a_reload_keeps_an_answer():
     teacher = clean(open_page(lesson=LID).button(key="lessons.live.start").click().run())
     code = teacher.session_state["lessons.live"]["code"]
-    s1 = open_page(**{"class": code, "me": "follower-0001"})
+    s1 = open_page(**{"class": code})  # the join link: the class issues this tab's id
+    me = s1.query_params["me"]
+    assert store().issued(code, me)
     s1 = clean(s1.radio(key=ANSWER.format(code=code, i=0)).set_value(2).run())
-    reloaded = open_page(**{"class": code, "me": "follower-0001"})  # a new session, the same address
+    reloaded = open_page(**{"class": code, "me": me})  # a new session, the same address
+    assert reloaded.query_params["me"] == me and not reloaded.warning
     assert reloaded.radio(key=ANSWER.format(code=code, i=0)).value == 2
 
     teacher = clean(teacher.button(key="lessons.next").click().run())
@@ -158,7 +162,7 @@ def test_a_forged_teacher_key_can_neither_advance_nor_reveal():
     code, token = teacher.session_state["lessons.live"]["code"], teacher.session_state["lessons.live"]["token"]
     before = store().get(code)
     forged = token[:-2] + ("AA" if token[-2:] != "AA" else "BB")
-    mallory = open_page(**{"class": code, "teach": forged, "me": "mallory-0001"})
+    mallory = open_page(**{"class": code, "teach": forged, "me": store().new_student(code)})
     assert "not this class's" in " ".join(w.value for w in mallory.warning)
     assert not [b for b in mallory.button if b.key == "lessons.live.reveal.0"]
     mallory = clean(mallory.button(key="lessons.next").click().run())
@@ -203,7 +207,7 @@ def test_a_students_screen_shows_no_verdict_and_no_class_answers_before_the_reve
                     .run())
     code = teacher.session_state["lessons.live"]["code"]
     key = ANSWER.format(code=code, i=0)
-    s1, s2, s3 = (open_page(**{"class": code, "me": f"alike-answer-{j}"}) for j in (1, 2, 3))
+    s1, s2, s3 = (open_page(**{"class": code, "me": store().new_student(code)}) for _ in (1, 2, 3))
     options = [o.split(" · ", 1)[1] for o in s1.radio(key=key).options]
     n = token_count_by_hand()
     truth = options.index(str(n))
@@ -258,7 +262,7 @@ def test_a_reload_joins_again_without_a_nickname_and_keeps_the_one_the_student_g
                 .click().run())
     sid = ann.session_state["lessons.live"]["sid"]
     assert f"Class **{code}** as **Ann**" in shown(ann)
-    open_page(**{"class": code, "me": "no-nickname-1"})
+    open_page(**{"class": code, "me": store().new_student(code)})
     teacher = clean(teacher.run())
     assert "Joined: Ann and 1 without a nickname" in [c.value for c in teacher.caption]
 

@@ -128,12 +128,10 @@ async def live_class(url: str, code: str, token: str, students: int,
                      open_timeout: float = 60.0) -> dict:
     """The whole class (see the module's doc); returns ``summarise``'s figures, with ``"opened"`` False when not
     every tab showed the class within ``open_timeout`` seconds (the scenario then does not run)."""
-    from gptviz.live import new_student_id
-
     stop = asyncio.Event()
     teacher = Tab(url, code, "teacher", teacher_token=token, ui=ui, interval=interval, upload_check=False)
-    roster = [Tab(url, code, f"student {i}", student_id=new_student_id(), ui=ui, interval=interval,
-                  upload_check=upload_check) for i in range(students)]
+    roster = [Tab(url, code, f"student {i}", ui=ui, interval=interval, upload_check=upload_check)
+              for i in range(students)]  # each opens the join link: the class issues its id
     live = LiveClass(code, token, teacher, roster, stop)
     t0 = time.perf_counter()
     gap = ramp / max(1, students)

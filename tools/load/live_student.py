@@ -1,11 +1,12 @@
 """A simulated student following a live class, and the teacher leading it, each one browser tab (``LiveSession``).
 
-A **student** opens the class's page at ``?class=CODE&me=<id>``, checks once that an upload reaches its session
-(through a balancer that only works with sticky sessions), then does what the page's timed fragment makes the
-browser do: every ``interval`` seconds (the fragment's own ``run_every``) it asks for the fragment's run and
-reads the step the page shows. On a step it has not answered yet it picks a choice and sends it (once per step).
-The **teacher** opens ``?class=CODE&teach=<token>``, polls the same way and reads the histogram; ``want_next()``
-makes it press Next at its next turn.
+A **student** opens the class's join link ``?class=CODE`` (or ``&me=<id>`` when given an id the class issued) and
+keeps the id the page then writes into its address (``me=``, issued by the class), checks once that an upload
+reaches its session (through a balancer that only works with sticky sessions), then does what the page's timed
+fragment makes the browser do: every ``interval`` seconds (the fragment's own ``run_every``) it asks for the
+fragment's run and reads the step the page shows. On a step it has not answered yet it picks a choice and sends
+it (once per step). The **teacher** opens ``?class=CODE&teach=<token>``, polls the same way and reads the
+histogram; ``want_next()`` makes it press Next at its next turn.
 
 When the connection drops (a replica died) the tab does what the browser does: retries the health check until
 the balancer answers, opens a new websocket and reruns the page from its address. The log keeps, for each drop,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
 
 from websockets.exceptions import ConnectionClosed
 
@@ -36,7 +38,7 @@ class LiveLog:
     """What one tab did and saw (times are ``time.perf_counter()``)."""
 
     who: str
-    student_id: str = ""  # the address's me= ("" for the teacher)
+    student_id: str = ""  # the address's me= ("" for the teacher), as the page wrote it
     first_view_s: float | None = None
     steps_seen: list[tuple[int, float]] = field(default_factory=list)  # (step, when first seen)
     answers: list[dict] = field(default_factory=list)  # {"step", "choice", "sent", "done", "ok"}
@@ -65,7 +67,8 @@ class Tab:
         self.in_class = False  # the last full view's class bar named this class
         self.answered: set[int] = set()
         self.s = LiveSession(url)
-        self.s.query_string = f"class={code}&" + (f"teach={teacher_token}" if teacher_token else f"me={student_id}")
+        self.s.query_string = f"class={code}" + (f"&teach={teacher_token}" if teacher_token else
+                                                 f"&me={student_id}" if student_id else "")
         self._next = asyncio.Event()
         self._due: dict[str, float] = {}  # fragment id -> when its next timed run is due
         self.widget_fragment: dict[str, str] = {}  # widget id -> the fragment that drew it ("" : the page)
@@ -95,6 +98,9 @@ class Tab:
                  if el.WhichOneof("type") in ("radio", "button", "selectbox", "button_group")}
         self.widget_fragment.update({w: ("" if whole else fragment_id) for w in drawn})
         if whole:
+            me = parse_qs(self.s.query_string).get("me", [""])[0]
+            if me and not self.teacher:  # the id the class issued this tab (a reconnection opens with it)
+                self.student_id = self.log.student_id = me
             self.in_class = live_page.class_shown(run.elements, self.ui) == self.code
             self.log.models.add(reading.model_shown(run.elements) or "(no model caption)")
         step = live_page.step_shown(run.elements, self.ui) if self.in_class else None

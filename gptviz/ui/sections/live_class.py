@@ -4,8 +4,12 @@ follow the teacher's lesson and step, and each answers the predict-then-reveal q
 The class lives in a store (``gptviz.live``: in this process, or in Redis with ``GPTVIZ_REDIS_URL``), one per
 process, held in a ``st.cache_resource`` and only ever used through its own locked methods. The address carries
 who is who: ``?class=CODE`` (everyone in the class), ``&teach=<token>`` (the teacher: only that token advances the
-class or reveals an answer, checked by the store), ``&me=<id>`` (a student's random id, so their answer is kept
-across a reload). Every parameter is checked (shape and length) before the store is asked.
+class or reveals an answer, checked by the store), ``&me=<id>`` (a student's id, issued and signed by the class:
+a reload keeps it and the answers; a ``me=`` the class did not issue is refused with a notice and the tab gets a
+new id, so one tab is one student). Every parameter is checked (shape and length) before the store is asked.
+
+One class per session: Start ends the class this session taught before; the teacher's Leave ends an empty class,
+and one with students ends ``LEFT_CLASS_SECONDS`` (10 minutes) after its last activity.
 
 Follow mode: a fragment polls the class's version (one small read) every ``POLL_SECONDS`` and reruns the app only
 when it changed; the run before the picker moves a following student to the class's lesson and step. A student
@@ -18,15 +22,15 @@ The page's order (app_pages/lessons.py): ``read_address`` before ``page_setup``;
 from __future__ import annotations
 
 import html
-import os
 import re
 from types import SimpleNamespace
 from typing import Any, Optional
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode
 
 import streamlit as st
 
 from ...live import (
+    LEFT_CLASS_SECONDS,
     NICKNAME_MAX,
     ClassState,
     ClassStoreFull,
@@ -34,7 +38,6 @@ from ...live import (
     good_nickname,
     good_student,
     good_token,
-    new_student_id,
     normalise_code,
 )
 from ...live.store import MAX_SETTINGS_CHARS
@@ -43,7 +46,7 @@ from ...present.url_params import PAGE_PARAMS
 from .. import state as shared
 from . import section
 from .lessons import PAGE_KEY, PRESENT_STYLE, Place
-from .live_question import POLL_SECONDS, LiveQuestion, class_store, store_failed
+from .live_question import POLL_SECONDS, LiveQuestion, class_store, join_link, qr_svg, store_failed
 
 CODE_HELP = "a class code is 6 letters and digits, such as ABC234 (never 0, O, 1 or I)"
 
@@ -81,18 +84,49 @@ def read_address(*, key: str = PAGE_KEY) -> None:
         notes.append("The address's `me=` is not a student id (8 to 32 letters, digits, - or _): a new one was "
                      "made, so an earlier answer of yours is not shown.")
     same = live.get("code") == code
+    if not same:
+        _keep_mine(live)
     live.update(code=code, token=teach if good_token(teach) else None,
                 problem=" ".join(p for p in (live.get("problem", ""), *notes) if p),  # shown once, by panel
-                sid=me if good_student(me) else (live.get("sid") if same and live.get("sid") else new_student_id()),
+                sid=live.get("sid") if same else None,  # follow checks a claimed me= with the class
+                claimed=me if good_student(me) and not (same and me == live.get("sid")) else None,
                 following=True if not same else live.get("following", True), checked=False)
     if not same:
         live.update(synced=False, forced=None, seen=None, joined=False, show=bool(live["token"]))
 
 
 def _forget(live: dict, problem: str = "") -> None:
-    for k in ("code", "token", "sid", "state", "forced", "seen", "joined", "synced", "teacher", "checked"):
+    _keep_mine(live)
+    for k in ("code", "token", "sid", "claimed", "state", "forced", "seen", "joined", "synced", "teacher",
+              "checked"):
         live.pop(k, None)
     live["problem"] = problem
+
+
+def _keep_mine(live: dict) -> None:
+    """The screen leaves a class this session teaches: keep its code and key, so starting another ends it."""
+    if live.get("teacher") and live.get("code") and live.get("token"):
+        live["mine"] = (live["code"], live["token"])
+
+
+def _say(live: dict, text: str) -> None:  # a notice, shown once by panel
+    live["problem"] = " ".join(dict.fromkeys([live.get("problem", ""), text])).strip()
+
+
+def _student_id(store, code: str, live: dict) -> Optional[str]:
+    """This tab's id in class ``code``: the address's ``me=`` when the class issued it (a reload), else the id
+    this tab already had in the class, else a new one the class issues. A ``me=`` it did not issue: a notice."""
+    claimed, sid = live.pop("claimed", None), live.get("sid")
+    if claimed and store.issued(code, claimed):
+        return claimed
+    if sid and not store.issued(code, sid):
+        sid = None  # a class that ended, and a new one with the same code
+    if claimed:
+        _say(live, "The address's `me=` was not issued by this class: "
+                   + ("you are still the student this tab was" if sid else "you joined as a new student")
+                   + ", and answers given under that id are not shown. To come back as yourself, keep the address "
+                     "this page gives you: a reload keeps your answers.")
+    return sid or store.new_student(code)
 
 
 def keep_address_bar(*, key: str = PAGE_KEY) -> None:
@@ -152,13 +186,15 @@ def follow(*, key: str = PAGE_KEY) -> None:
         if not live.get("checked"):
             live["teacher"] = bool(live.get("token")) and store.is_teacher(code, live["token"])
             if live.get("token") and not live["teacher"]:
-                said = "This address's teacher key is not this class's, so you are in the class as a student: "
-                live["problem"] = " ".join(dict.fromkeys([live.get("problem", ""), said + "only the teacher who "
-                                                          "started it moves the class or reveals answers."])).strip()
+                _say(live, "This address's teacher key is not this class's, so you are in the class as a student: "
+                           "only the teacher who started it moves the class or reveals answers.")
                 live["token"] = None
-            if not live["teacher"] and not store.join(code, live["sid"], live.get("nick", "")):
-                _forget(live, problem=f"Class **{code}** is full: ask the teacher, or try again later.")
-                return
+            if not live["teacher"]:
+                live["sid"] = _student_id(store, code, live)
+                if not live["sid"] or not store.join(code, live["sid"], live.get("nick", "")):
+                    _forget(live, problem=f"Class **{code}** is full (or has just ended): ask the teacher, or try "
+                                          "again later.")
+                    return
             live["checked"] = True
             if not live["teacher"] and adopt(state.settings, code, live["sid"]):
                 st.rerun()  # the teacher's model and text, read from the address as a shared link is
@@ -218,29 +254,6 @@ def panel(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         store_failed(e)
 
 
-def join_link(code: str) -> str:
-    """The link a student opens: this server's Lessons page with ``?class=CODE`` (``GPTVIZ_PUBLIC_URL`` when the
-    teacher's own address is not what students reach, e.g. localhost behind a proxy)."""
-    base = os.environ.get("GPTVIZ_PUBLIC_URL", "").strip().rstrip("/")
-    if not base:
-        try:
-            parts = urlsplit(str(st.context.url or ""))
-            base = f"{parts.scheme}://{parts.netloc}{parts.path.rsplit('/', 1)[0]}" if parts.netloc else ""
-        except Exception:  # noqa: BLE001 - no browser (a test): a relative link
-            base = ""
-    return f"{base}/Lessons?class={code}"
-
-
-def qr_svg(text: str) -> str:
-    """``text`` as a QR code, an SVG <img> (segno, pure Python), or "" when segno is missing."""
-    try:
-        import segno
-    except ImportError:
-        return ""
-    uri = segno.make(text, error="m").svg_data_uri(scale=6, border=2)
-    return f"<img src='{uri}' alt='QR code of the join link' style='width:100%;max-width:230px'/>"
-
-
 BAR_CSS = """<style>
 .live-big-code { font-size: 5.5rem; font-weight: 700; letter-spacing: 0.5rem; line-height: 1.1;
                  font-family: ui-monospace, monospace; }
@@ -271,8 +284,8 @@ def _teacher_bar(key: str, live: dict, state: ClassState, present: bool) -> None
             with big[1]:
                 _who(state.code)
             big[1].button("Leave the class on this screen", key=f"{key}.live.leave", on_click=_leave, args=(key,),
-                          help="This screen stops teaching the class; the class ends after a while without "
-                               "activity.")
+                          help="This screen stops teaching the class: a class no student joined ends now; one "
+                               f"with students ends {LEFT_CLASS_SECONDS // 60} minutes after its last activity.")
 
 
 @st.fragment(run_every=2 * POLL_SECONDS)
@@ -356,7 +369,16 @@ def _set_nickname(key: str) -> None:
 
 
 def _leave(key: str) -> None:
-    _forget(_live(key))
+    """The teacher's class ends if empty, else LEFT_CLASS_SECONDS after its last activity (or at the next Start)."""
+    live = _live(key)
+    code, token = live.get("code"), live.get("token")
+    if live.get("teacher") and code and token:
+        try:
+            if not class_store().end(code, token, only_if_empty=True):
+                class_store().expire(code, token, LEFT_CLASS_SECONDS)
+        except ClassStoreUnavailable:
+            pass  # it ends after its idle time
+    _forget(live)
 
 
 def _start_or_join(key: str, place: Place, lang: str, expanded: bool) -> None:
@@ -377,14 +399,19 @@ def _start_or_join(key: str, place: Place, lang: str, expanded: bool) -> None:
 
 
 def _start(key: str, lesson_id: str, lang: str) -> None:
+    """Start a class; the one this session taught before (if any) ends first: one class per session."""
     live = _live(key)
+    _keep_mine(live)
     try:
+        if live.get("mine"):
+            class_store().end(*live.pop("mine"))
         code, token = class_store().create(lesson_id, lang if re.fullmatch(r"[a-z]{2,3}(-\w{2,8})?", lang) else "en",
                                            teacher_settings())
     except (ClassStoreFull, ClassStoreUnavailable, ValueError) as e:
         live["problem"] = f"The class could not start: {plain_md(str(e))}."
         return
     _forget(live)
+    live.pop("mine", None)  # the class it ended
     live.update(code=code, token=token, teacher=True, checked=True, synced=True, show=True, following=True)
     st.session_state[f"{key}.live.show"] = True
 
@@ -401,4 +428,4 @@ def _join(key: str) -> None:
         live["problem"] = f"A nickname is up to {NICKNAME_MAX} letters, digits, spaces, . ' or -: change it."
         return
     _forget(live)
-    live.update(code=code, token=None, teacher=False, sid=new_student_id(), nick=nick, following=True)
+    live.update(code=code, token=None, teacher=False, sid=None, nick=nick, following=True)  # follow issues the id

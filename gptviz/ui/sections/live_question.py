@@ -1,11 +1,13 @@
 """The step's question in a live class (see live_class.py): the teacher's live count of answers and Reveal, a
 student's answer sent to the class, and after the reveal the class's answers beside the truth from the live model.
-Also the process's one class store (``class_store``)."""
+Also the process's one class store (``class_store``) and the join link with its QR code."""
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
 import streamlit as st
 
@@ -30,6 +32,29 @@ def class_store() -> ClassStore:
 def store_failed(e: Exception) -> None:
     st.error(f"The live class is out of reach: {e}. The lesson itself still works; try again in a moment.",
              icon=":material/cloud_off:")
+
+
+def join_link(code: str) -> str:
+    """The link a student opens: this server's Lessons page with ``?class=CODE`` (``GPTVIZ_PUBLIC_URL`` when the
+    teacher's own address is not what students reach, e.g. localhost behind a proxy)."""
+    base = os.environ.get("GPTVIZ_PUBLIC_URL", "").strip().rstrip("/")
+    if not base:
+        try:
+            parts = urlsplit(str(st.context.url or ""))
+            base = f"{parts.scheme}://{parts.netloc}{parts.path.rsplit('/', 1)[0]}" if parts.netloc else ""
+        except Exception:  # noqa: BLE001 - no browser (a test): a relative link
+            base = ""
+    return f"{base}/Lessons?class={code}"
+
+
+def qr_svg(text: str) -> str:
+    """``text`` as a QR code, an SVG <img> (segno, pure Python), or "" when segno is missing."""
+    try:
+        import segno
+    except ImportError:
+        return ""
+    uri = segno.make(text, error="m").svg_data_uri(scale=6, border=2)
+    return f"<img src='{uri}' alt='QR code of the join link' style='width:100%;max-width:230px'/>"
 
 
 # ------------------------------------------------------------------ the class's question, on the step
