@@ -138,3 +138,18 @@ def test_redis_end_deletes_every_key_of_the_class_and_expire_leaves_the_index_al
     assert set(r.keys("endx:*")) == {k, "endx:classes"}
     assert r.zrange("endx:classes", 0, -1) == [keep]
     r.delete(*r.keys("endx:*"))
+
+
+def test_an_answer_stored_under_an_id_the_class_did_not_issue_is_never_read_back(redis_url):
+    """Redis may hold an answer under an unsigned id (written by a version before signed ids, or by hand): it still
+    counts in the class's histogram as it was, but ``my_answer`` reads it for no one, and that id cannot change it."""
+    from gptviz.live.redis_store import RedisStore
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = RedisStore(redis_url, prefix="olda", idle_seconds=60)
+    code, _ = s.create(LESSON)
+    real = s.new_student(code)
+    forged = real[:-1] + flip(real[-1])
+    r.hset(f"olda:class:{{{code}}}:ans:0", forged, "5")
+    assert s.my_answer(code, forged, 0) is None and not s.answer(code, forged, 0, 2)
+    assert s.answers(code, 0) == {5: 1}
+    r.delete(*r.keys("olda:*"))
