@@ -199,20 +199,32 @@ def test_the_loss_numbers_are_the_models_own(written, independent):
     assert shown.mean() == pytest.approx(float(tr.loss), rel=1e-6)
 
 
-@pytest.mark.parametrize("args, says", [
+BAD_INPUT = [
     (["--text", "", "--preset", "default"], "text is empty"),
     (["--text", "   \n ", "--preset", "default"], "text is empty"),
     (["--text", "hello", "--preset", "no-such-model"], "unknown preset 'no-such-model'"),
     (["--text", "hello", "--preset", "checkpoint: nope"], "unknown preset 'checkpoint: nope'"),
     (["--text", "hello there", "--preset", "default", "--layer", "7"], "--layer 7: this model has 2 layer(s)"),
     (["--text", "hello there", "--preset", "default", "--head", "2"], "--head 2: this model has 2 head(s)"),
-])
-def test_bad_input_is_a_clear_message_and_a_failing_exit(tmp_path, args, says):
+]
+
+
+@pytest.mark.parametrize("args, says", BAD_INPUT)
+def test_bad_input_is_a_clear_message_and_a_failing_exit(tmp_path, capsys, args, says):
+    """The command's own function, in this process (an exception would fail the test, as a traceback would)."""
     out = tmp_path / "r.html"
-    res = run(*args, "--out", str(out))
-    assert res.returncode != 0
-    assert says in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr
+    assert rep.main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert not out.exists()
+
+
+def test_the_command_exits_with_a_failure_and_no_traceback_on_bad_input(tmp_path):
+    """One bad input through the real command (a process: its exit status and its standard error)."""
+    out = tmp_path / "r.html"
+    res = run(*BAD_INPUT[2][0], "--out", str(out))
+    assert res.returncode == 2
+    assert BAD_INPUT[2][1] in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not out.exists()
 
 

@@ -131,3 +131,23 @@ def wait_for_charts(page, timeout=90_000):
     wait_for_script(page, timeout)
     page.wait_for_function(EVERY_CHART_DRAWN_JS, timeout=timeout, polling=50)
     wait_until_still(page, timeout)
+
+
+NAV_JS = """() => {
+  const nav = document.querySelector('[data-testid="stSidebarNav"]');
+  return {text: nav ? nav.innerText : '',
+          links: [...document.querySelectorAll('[data-testid="stSidebarNavLink"]')].map(a => a.innerText.trim())};
+}"""
+NAV_SECTIONS = ("Start", "The forward pass", "Explain a prediction", "Learning", "Models")
+
+
+def check_page_title_and_navigation(page, address: str, title: str, timeout=60_000) -> None:
+    """The tab's title is the page's (``title · gptviz``), and the sidebar's navigation is the grouped one: every
+    section, and no bare "app" entry (what an address that Streamlit's old ``pages/`` folder gave must still open)."""
+    page.wait_for_function(f"() => document.title.startsWith({title!r} + ' · gptviz')", timeout=timeout)
+    page.wait_for_selector('[data-testid="stSidebarNavLink"]', timeout=30_000)
+    nav = page.evaluate(NAV_JS)
+    links = [line.split("\n")[-1] for line in nav["links"]]
+    assert "app" not in links, (address, nav)
+    for section in NAV_SECTIONS:
+        assert section in nav["text"], (address, section, nav)

@@ -8,12 +8,19 @@ import pytest
 pytestmark = pytest.mark.browser
 
 
-from kit import SHOTS, browser, server, wait_for_charts  # noqa: F401 - the fixtures, imported
+from kit import SHOTS, browser, check_page_title_and_navigation, server, wait_for_charts  # noqa: F401
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 PAGES = ["", "Tokens_and_batch", "Embeddings", "Attention", "MLP_and_residual", "Logits_and_loss", "Step_through",
          "Backward", "Training", "Generation", "Model_and_weights", "Who_did_it", "Initialisation",
          "Lessons?lesson=02_one_attention_head"]  # lesson 1 opens on the table of merges; lesson 2 on a heatmap
+# each page's title (``<title> · gptviz``): these addresses are also the ones Streamlit's old pages/ folder gave
+# (pages/3_Attention.py -> /Attention), written out, so a renamed url_path fails (tests/browser/test_old_addresses_...)
+TITLES = {"": "Home", "Tokens_and_batch": "Tokens & batch", "Embeddings": "Embeddings", "Attention": "Attention",
+          "MLP_and_residual": "MLP & residual stream", "Logits_and_loss": "Logits & loss",
+          "Step_through": "Step-through", "Backward": "Backward pass", "Training": "Training",
+          "Generation": "Generation", "Model_and_weights": "Model & weights", "Who_did_it": "Who did it",
+          "Initialisation": "Initialisation", "Lessons?lesson=02_one_attention_head": "Lessons"}
 NOT_A_HEATMAP_FIRST = {"Initialisation"}  # opens on the initial loss against init_std: a line chart is the point
 
 
@@ -25,6 +32,7 @@ def test_every_page_draws_its_charts(server, browser, path):
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server}/{path}")
     wait_for_charts(page)
+    check_page_title_and_navigation(page, path, TITLES[path])
     assert page.locator("[data-testid='stException']").count() == 0
     charts = page.locator(".js-plotly-plot")
     assert charts.count() >= 1
