@@ -24,6 +24,7 @@ from gptviz.training.sae import (
     init_sae,
     losses,
     resid,
+    top_snippets,
     train_sae,
     windows,
 )
@@ -363,3 +364,32 @@ def test_the_aux_loss_without_dead_features_is_a_zero_of_the_datas_dtype():
     for dead in (None, torch.zeros(6, dtype=torch.bool)):
         _, aux, _ = losses(sae, x, dead, 3)
         assert aux.dtype == torch.float64 and float(aux) == 0.0
+
+
+def test_the_readers_build_no_autograd_graph(model):
+    """``resid``, ``collect``, ``held_out_resid``, ``evaluate`` and ``top_snippets`` run under ``torch.no_grad()``
+    (a block in their body): with gradients on and weights that require them, autograd saves no tensor for a
+    backward pass while they run (``saved_tensors_hooks`` sees every tensor it would save), and nothing they return
+    carries a graph."""
+    torch.manual_seed(3)
+    m = GPT(CFG).eval()
+    sae = random_sae(CFG.n_embd, 6, 2, seed=1)
+    assert all(p.requires_grad for p in [*m.parameters(), *sae.parameters()]) and torch.is_grad_enabled()
+    ids = torch.randint(0, CFG.vocab_size, (200,))
+    wins = windows(ids, 6)
+    resid_all = hooked(m, wins[:3, :-1])
+    calls = {
+        "resid": lambda: resid(m, wins[:2, :-1], HOOK),
+        "collect": lambda: collect(m, ids, HOOK, 12, T=6, batch=2),
+        "held_out_resid": lambda: held_out_resid(m, wins[:3], HOOK, batch=2),
+        "evaluate": lambda: evaluate(m, sae, wins[:3], batch=2),
+        "top_snippets": lambda: top_snippets(sae, wins[:3], resid_all, n_top=2, width=4, after=1),
+    }
+    for name, call in calls.items():
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, s=saved: s.append(t.shape) or t,
+                                                      lambda t: t):
+            out = call()
+        assert saved == [], (name, len(saved))
+        tensors = [out] if isinstance(out, torch.Tensor) else [v for v in out.values() if isinstance(v, torch.Tensor)]
+        assert all(t.grad_fn is None for t in tensors), name

@@ -390,7 +390,6 @@ def _embedding_weights(model) -> dict[str, str]:
     return out
 
 
-@torch.no_grad()
 def _embedding_grad_norms(model, idx, g_embed, x, g_logits, names: dict[str, str]) -> dict[str, float]:
     """‖∂loss/∂W‖ of the embedding and unembedding matrices, from the gradients at their inputs and outputs.
 
@@ -402,22 +401,23 @@ def _embedding_grad_norms(model, idx, g_embed, x, g_logits, names: dict[str, str
     - tied, the matrix gets U + S, and ‖U + S‖² = ‖U‖² + 2⟨U, S⟩ + ‖S‖², with ⟨U, S⟩ = Σ_v U_v · S_v over
       the ids present, U_v = Σ_t G_{tv} x_t.
     Worked in float64."""
-    dt = torch.float64
-    ids = idx.reshape(-1)
-    uniq, inv = torch.unique(ids, return_inverse=True)
-    C = model.config.n_embd
-    S = torch.zeros(len(uniq), C, dtype=dt)
-    if g_embed is not None:
-        S.index_add_(0, inv, g_embed.reshape(-1, C).to(dt))
-    s2 = float((S * S).sum())
-    u2 = cross = 0.0
-    if g_logits is not None:
-        G = g_logits.reshape(-1, g_logits.shape[-1]).to(dt)
-        X = x.reshape(-1, C).to(dt)
-        u2 = float(((G @ G.T) * (X @ X.T)).sum())
-        cross = float(((G[:, uniq].T @ X) * S).sum())
-    out = {}
-    for n, role in names.items():
-        sq = {"tied": u2 + 2 * cross + s2, "embed": s2, "unembed": u2}[role]
-        out[n] = max(sq, 0.0) ** 0.5
-    return out
+    with torch.no_grad():
+        dt = torch.float64
+        ids = idx.reshape(-1)
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        C = model.config.n_embd
+        S = torch.zeros(len(uniq), C, dtype=dt)
+        if g_embed is not None:
+            S.index_add_(0, inv, g_embed.reshape(-1, C).to(dt))
+        s2 = float((S * S).sum())
+        u2 = cross = 0.0
+        if g_logits is not None:
+            G = g_logits.reshape(-1, g_logits.shape[-1]).to(dt)
+            X = x.reshape(-1, C).to(dt)
+            u2 = float(((G @ G.T) * (X @ X.T)).sum())
+            cross = float(((G[:, uniq].T @ X) * S).sum())
+        out = {}
+        for n, role in names.items():
+            sq = {"tied": u2 + 2 * cross + s2, "embed": s2, "unembed": u2}[role]
+            out[n] = max(sq, 0.0) ** 0.5
+        return out

@@ -23,20 +23,20 @@ from ..run.trace import trace
 
 
 # --------------------------------------------------------------------------- reading the hook
-@torch.no_grad()
 def resid(model, x: torch.Tensor, hook: str) -> torch.Tensor:
     """The tensor at ``hook`` for token ids ``x`` (B, T), read with the model's own recorder."""
-    got = {}
+    with torch.no_grad():
+        got = {}
 
-    def rec(name, t):
-        if name == hook:
-            got["x"] = t.detach()
-        return t
+        def rec(name, t):
+            if name == hook:
+                got["x"] = t.detach()
+            return t
 
-    model.run(x, rec=rec)
-    if "x" not in got:
-        raise ValueError(f"this model has no step {hook!r}")
-    return got["x"]
+        model.run(x, rec=rec)
+        if "x" not in got:
+            raise ValueError(f"this model has no step {hook!r}")
+        return got["x"]
 
 
 def windows(ids: torch.Tensor, T: int) -> torch.Tensor:
@@ -46,19 +46,19 @@ def windows(ids: torch.Tensor, T: int) -> torch.Tensor:
     return torch.stack([ids[i * T:(i + 1) * T + 1] for i in range(n)])
 
 
-@torch.no_grad()
 def collect(model, ids: torch.Tensor, hook: str, n_tokens: int, T: int = 128, batch: int = 64,
             seed: int = 0) -> torch.Tensor:
     """``(n_tokens, d)`` vectors at ``hook`` over random windows of ``ids`` (every position of each window)."""
-    g = torch.Generator().manual_seed(seed)
-    out, have = [], 0
-    while have < n_tokens:
-        starts = torch.randint(0, ids.numel() - T, (batch,), generator=g)
-        x = torch.stack([ids[s:s + T] for s in starts.tolist()])
-        a = resid(model, x, hook).reshape(-1, model.config.n_embd)
-        out.append(a)
-        have += a.shape[0]
-    return torch.cat(out)[:n_tokens]
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed)
+        out, have = [], 0
+        while have < n_tokens:
+            starts = torch.randint(0, ids.numel() - T, (batch,), generator=g)
+            x = torch.stack([ids[s:s + T] for s in starts.tolist()])
+            a = resid(model, x, hook).reshape(-1, model.config.n_embd)
+            out.append(a)
+            have += a.shape[0]
+        return torch.cat(out)[:n_tokens]
 
 
 # --------------------------------------------------------------------------- training
@@ -163,47 +163,46 @@ def train_sae(acts: torch.Tensor, hook: str, cfg: SAETrainConfig,
 SNIPPET_CHUNK = 32  # windows encoded at a time by ``top_snippets``
 
 
-@torch.no_grad()
 def held_out_resid(model, wins: torch.Tensor, hook: str, batch: int = 64) -> torch.Tensor:
     """``(n, T, d)``: the hook's tensor over every held-out window (inputs ``wins[:, :-1]``)."""
-    return torch.cat([resid(model, wins[i:i + batch, :-1], hook) for i in range(0, wins.shape[0], batch)])
+    with torch.no_grad():
+        return torch.cat([resid(model, wins[i:i + batch, :-1], hook) for i in range(0, wins.shape[0], batch)])
 
 
-@torch.no_grad()
 def evaluate(model, sae: SparseAutoencoder, wins: torch.Tensor, resid_all: Optional[torch.Tensor] = None,
              batch: int = 64) -> dict:
     """On windows ``wins`` (n, T + 1): FVU (the reconstruction's squared error summed over every vector, over the
     vectors' summed squared distance from their mean), L0 (mean active features per vector), the share of
     features that never fire, and the mean next-token loss per token of the model as it is and with the
     SAE's reconstruction in place of the hook's tensor (through ``trace``'s ``edits``)."""
-    if resid_all is None:
-        resid_all = held_out_resid(model, wins, sae.hook, batch)
-    X = resid_all.reshape(-1, sae.d_model)
-    err = tot = l0 = 0.0
-    mean = X.mean(0)
-    fired = torch.zeros(sae.n_features, dtype=torch.bool)
-    for i in range(0, X.shape[0], 8192):
-        x = X[i:i + 8192]
-        f = sae.encode(x)
-        err += float((sae.decode(f) - x).double().pow(2).sum())
-        tot += float((x - mean).double().pow(2).sum())
-        l0 += float((f > 0).sum())
-        fired |= (f > 0).any(0)
-    clean = spliced = 0.0
-    n_tok = 0
-    splice = {sae.hook: lambda t: sae.reconstruct(t)}
-    for i in range(0, wins.shape[0], batch):
-        w = wins[i:i + batch]
-        x, y = w[:, :-1], w[:, 1:]
-        clean += float(trace(model, x, y).loss) * y.numel()
-        spliced += float(trace(model, x, y, edits=splice).loss) * y.numel()
-        n_tok += y.numel()
-    return {"fvu": err / tot, "l0": l0 / X.shape[0], "dead_fraction": float((~fired).float().mean()),
-            "loss_per_token": clean / n_tok, "spliced_loss_per_token": spliced / n_tok, "tokens": n_tok,
-            "windows": int(wins.shape[0])}
+    with torch.no_grad():
+        if resid_all is None:
+            resid_all = held_out_resid(model, wins, sae.hook, batch)
+        X = resid_all.reshape(-1, sae.d_model)
+        err = tot = l0 = 0.0
+        mean = X.mean(0)
+        fired = torch.zeros(sae.n_features, dtype=torch.bool)
+        for i in range(0, X.shape[0], 8192):
+            x = X[i:i + 8192]
+            f = sae.encode(x)
+            err += float((sae.decode(f) - x).double().pow(2).sum())
+            tot += float((x - mean).double().pow(2).sum())
+            l0 += float((f > 0).sum())
+            fired |= (f > 0).any(0)
+        clean = spliced = 0.0
+        n_tok = 0
+        splice = {sae.hook: lambda t: sae.reconstruct(t)}
+        for i in range(0, wins.shape[0], batch):
+            w = wins[i:i + batch]
+            x, y = w[:, :-1], w[:, 1:]
+            clean += float(trace(model, x, y).loss) * y.numel()
+            spliced += float(trace(model, x, y, edits=splice).loss) * y.numel()
+            n_tok += y.numel()
+        return {"fvu": err / tot, "l0": l0 / X.shape[0], "dead_fraction": float((~fired).float().mean()),
+                "loss_per_token": clean / n_tok, "spliced_loss_per_token": spliced / n_tok, "tokens": n_tok,
+                "windows": int(wins.shape[0])}
 
 
-@torch.no_grad()
 def top_snippets(sae: SparseAutoencoder, wins: torch.Tensor, resid_all: torch.Tensor, n_top: int = 8,
                  width: int = 24, after: int = 4) -> dict:
     """Each feature's ``n_top`` strongest windows (its largest activation in each window, one snippet per window),
@@ -211,34 +210,35 @@ def top_snippets(sae: SparseAutoencoder, wins: torch.Tensor, resid_all: torch.Te
     of the window around the peak (up to ``after`` tokens after it) as ``ids`` with the feature's activation on
     each (``acts``); spans cut by the window's edge are padded with id -1 and activation 0. Also ``density``: the
     share of all held-out tokens on which each feature fires."""
-    n, T, d = resid_all.shape
-    F = sae.n_features
-    best_v = torch.full((F, n_top), -1.0)
-    best_w = torch.full((F, n_top), -1, dtype=torch.long)
-    best_p = torch.zeros((F, n_top), dtype=torch.long)
-    count = torch.zeros(F)
-    for i in range(0, n, SNIPPET_CHUNK):
-        f = sae.encode(resid_all[i:i + SNIPPET_CHUNK])  # (b, T, F)
-        count += (f > 0).sum((0, 1)).float()
-        v, p = f.max(1)  # (b, F): each window's peak per feature
-        cand_v = torch.cat([best_v, v.T], 1)
-        cand_w = torch.cat([best_w, torch.arange(i, i + f.shape[0]).expand(F, -1)], 1)
-        cand_p = torch.cat([best_p, p.T], 1)
-        top = cand_v.topk(n_top, dim=1).indices
-        best_v, best_w, best_p = cand_v.gather(1, top), cand_w.gather(1, top), cand_p.gather(1, top)
-    live = best_v > 0
-    ids = torch.full((F, n_top, width), -1, dtype=torch.int32)
-    acts = torch.zeros((F, n_top, width), dtype=torch.float16)
-    for fi in range(F):
-        for j in range(n_top):
-            if not live[fi, j]:
-                continue
-            w, p = int(best_w[fi, j]), int(best_p[fi, j])
-            end = min(T, max(p + 1 + after, width))
-            start = max(0, end - width)
-            span = wins[w, start:end]
-            ids[fi, j, :span.numel()] = span.to(torch.int32)
-            acts[fi, j, :span.numel()] = sae.encode(resid_all[w, start:end])[:, fi].half()
-    return {"ids": ids, "acts": acts, "peak": torch.where(live, best_v, torch.zeros_like(best_v)).float(),
-            "where": torch.stack([torch.where(live, best_w, -1), torch.where(live, best_p, -1)], -1).to(torch.int32),
-            "density": (count / (n * T)).float()}
+    with torch.no_grad():
+        n, T, d = resid_all.shape
+        F = sae.n_features
+        best_v = torch.full((F, n_top), -1.0)
+        best_w = torch.full((F, n_top), -1, dtype=torch.long)
+        best_p = torch.zeros((F, n_top), dtype=torch.long)
+        count = torch.zeros(F)
+        for i in range(0, n, SNIPPET_CHUNK):
+            f = sae.encode(resid_all[i:i + SNIPPET_CHUNK])  # (b, T, F)
+            count += (f > 0).sum((0, 1)).float()
+            v, p = f.max(1)  # (b, F): each window's peak per feature
+            cand_v = torch.cat([best_v, v.T], 1)
+            cand_w = torch.cat([best_w, torch.arange(i, i + f.shape[0]).expand(F, -1)], 1)
+            cand_p = torch.cat([best_p, p.T], 1)
+            top = cand_v.topk(n_top, dim=1).indices
+            best_v, best_w, best_p = cand_v.gather(1, top), cand_w.gather(1, top), cand_p.gather(1, top)
+        live = best_v > 0
+        ids = torch.full((F, n_top, width), -1, dtype=torch.int32)
+        acts = torch.zeros((F, n_top, width), dtype=torch.float16)
+        for fi in range(F):
+            for j in range(n_top):
+                if not live[fi, j]:
+                    continue
+                w, p = int(best_w[fi, j]), int(best_p[fi, j])
+                end = min(T, max(p + 1 + after, width))
+                start = max(0, end - width)
+                span = wins[w, start:end]
+                ids[fi, j, :span.numel()] = span.to(torch.int32)
+                acts[fi, j, :span.numel()] = sae.encode(resid_all[w, start:end])[:, fi].half()
+        where = torch.stack([torch.where(live, best_w, -1), torch.where(live, best_p, -1)], -1).to(torch.int32)
+        return {"ids": ids, "acts": acts, "peak": torch.where(live, best_v, torch.zeros_like(best_v)).float(),
+                "where": where, "density": (count / (n * T)).float()}
