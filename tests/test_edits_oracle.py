@@ -5,7 +5,6 @@ slicing of the trace's gradients, per head and per column of the fused q/k/v pro
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
 
 from gptviz import GPT, ModelConfig, trace
 from gptviz.run import edits

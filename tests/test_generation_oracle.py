@@ -8,7 +8,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
 import torch.nn.functional as F
 
 from gptviz import GPT, ModelConfig

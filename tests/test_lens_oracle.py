@@ -8,7 +8,6 @@ import types
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
 from perturbed_models import perturbed
 
 from gptviz import GPT, ModelConfig, trace

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # the first model built imports it (seconds): done once, at collection
 
 from gptviz import GPT, ModelConfig
 from gptviz.interp import neuron_jobs, neuron_store, neurons

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # the first model built imports it (seconds): done once, at collection
 
 from gptviz import GPT, ModelConfig, preset
 from gptviz.interp import neurons

@@ -6,7 +6,6 @@ checked against an independent computation written out here or in the oracle hel
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # GPT's first build imports it (~10 s): once at collection, not in each test's time
 from test_contributions_graph import EXACT, PAR, SEQ, _assert_arrays, _exact, _setup
 from test_contributions_graph import T as N_POS
 from test_head_detector_oracle import KINDS, _probe_by_hand

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
 
 from gptviz import GPT, ModelConfig, trace
 from gptviz.run import on_demand

@@ -56,7 +56,8 @@ from gptviz.perf import refreeze_after_imports
 from gptviz import GPT, ModelConfig
 at_import = gc.get_freeze_count()
 print("again at once", refreeze_after_imports())
-GPT(ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8))  # the first build's imports
+GPT(ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8))  # a model: no compiler imported
+import torch._dynamo  # a heavy import made later (~800 modules with sympy): transformers' model classes make it
 print("new objects", len(gc.get_objects()))
 print("refroze", refreeze_after_imports())
 print("frozen more", gc.get_freeze_count() - at_import)
@@ -73,7 +74,7 @@ print("page froze", gc.get_freeze_count() - before)
 
 
 def test_what_a_server_imports_later_is_frozen_too_at_the_next_pages_start():
-    """The first model build imports torch._dynamo and sympy (~800 modules), integrated gradients captum: frozen at
+    """A transformers model imports torch._dynamo and sympy (~800 modules), integrated gradients captum: frozen at
     the next page's start, else every full collection scans them again. Counted in a fresh process."""
     import subprocess
     import sys
@@ -88,3 +89,25 @@ def test_what_a_server_imports_later_is_frozen_too_at_the_next_pages_start():
     assert int(got["left in sight"]) < 1_000
     assert got["again"] == "False"
     assert int(got["page froze"]) > 10_000
+
+
+BUILDS = """
+import sys
+from gptviz import preset
+from gptviz.model.build import build_model
+for name in ("default", "llama-like", "original-transformer", "decoder-cross-attention"):
+    build_model(preset(name, vocab_size=50))
+print(sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules))
+"""
+
+
+def test_building_models_imports_no_compiler():
+    """torch's own first draw of an nn.Linear or nn.Embedding built on the meta device runs a Python decomposition
+    that imports torch._dynamo (2.7 s of CPU): gptviz's layers skip that draw (the model draws every
+    weight from its seed), so a new process (a server's first page, a CLI run) builds its models without them."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", BUILDS], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
-import torch._dynamo  # GPT's first build imports it (10 s): at collection, not in each test's time
 from conftest import CONFIGS
 from safetensors import safe_open
 

@@ -10,7 +10,6 @@ import math
 
 import pytest
 import torch
-import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
 import torch.nn.functional as F
 
 import gptviz.training.sae as sae_training

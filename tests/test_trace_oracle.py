@@ -8,7 +8,6 @@ trace's notes), the edits' conversions and messages, and every refusal with the 
 import numpy as np
 import pytest
 import torch
-import torch._dynamo  # building a model first imports it (~10 s): once at collection, not per test
 import torch.nn.functional as F
 from conftest import CONFIGS, random_ids
 

@@ -16,8 +16,9 @@ tests fails, *survived* when they all pass (the tests cannot tell it from the re
 `mutmut show NAME`), *timeout* when they run far longer than usual (it counts as caught), *no tests* when no chosen
 test calls its function. mutmut's time limit is wall-clock: on a loaded machine a mutant whose tests merely ran slowly
 is a "timeout", counted as caught. Run it on a quiet machine, and look at every timeout (`mutmut show NAME`): a real
-one is a loop that never ends. A child pays for every import the collection did not make: a test file that builds
-models imports `torch._dynamo` at its top (GPT's first build imports it, about 10 s), so the forked children don't.
+one is a loop that never ends. A child pays for every import the collection did not make: a test file whose tests
+import something heavy late imports it at its top (transformers' model classes import `torch._dynamo`, about 3 s of
+CPU), so the forked children don't.
 
     score = (killed + timeout) / (total - no tests - skipped - not checked)
 

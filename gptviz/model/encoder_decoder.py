@@ -32,7 +32,7 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .base import TransformerBase
 from .hook_points import HookPoint, Recorder
-from .layers import MLP, HeadsAttention, Norm, sublayer, train_dropout
+from .layers import MLP, Embedding, HeadsAttention, Linear, Norm, sublayer, train_dropout
 
 
 class Attention(HeadsAttention):
@@ -46,10 +46,10 @@ class Attention(HeadsAttention):
         rope = config.pos_encoding == "rope" and not cross
         super().__init__(config, prefix, rope=rope, fused_qkv=False, declare_rot=rope)
         C, D = config.n_embd, config.d_attn
-        self.q_proj = nn.Linear(C, D, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(C, D, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(C, D, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(D, C, bias=config.attn_proj_bias)
+        self.q_proj = Linear(C, D, bias=config.qkv_bias)
+        self.k_proj = Linear(C, D, bias=config.qkv_bias)
+        self.v_proj = Linear(C, D, bias=config.qkv_bias)
+        self.o_proj = Linear(D, C, bias=config.attn_proj_bias)
 
     def forward(self, x, kv, mask, rope_cs=None, rec: Recorder = None, train: bool = False):
         B, T, _ = x.shape
@@ -155,21 +155,21 @@ class Seq2Seq(TransformerBase):
         super().__init__(config)
         C = config.n_embd
         with torch.device("meta"):
-            modules = dict(wte=nn.Embedding(config.vocab_size, C),
+            modules = dict(wte=Embedding(config.vocab_size, C),
                            h=nn.ModuleList(DecoderBlock(config, i) for i in range(config.n_layer)))
             if config.pos_encoding == "learned":
-                modules["wpe"] = nn.Embedding(config.block_size, C)
+                modules["wpe"] = Embedding(config.block_size, C)
             if config.norm_placement == "pre":
                 modules["ln_f"] = Norm(config, "ln_final")
             self.transformer = nn.ModuleDict(modules)
             if config.n_enc_layer > 0:
                 enc = dict(h=nn.ModuleList(EncoderBlock(config, i) for i in range(config.n_enc_layer)))
                 if config.pos_encoding == "learned":
-                    enc["wpe"] = nn.Embedding(config.enc_len, C)
+                    enc["wpe"] = Embedding(config.enc_len, C)
                 if config.norm_placement == "pre":
                     enc["ln_f"] = Norm(config, "enc_ln_final")
                 self.encoder = nn.ModuleDict(enc)
-            self.lm_head = nn.Linear(C, config.vocab_size, bias=config.head_bias)
+            self.lm_head = Linear(C, config.vocab_size, bias=config.head_bias)
         self.hook_enc_embed = HookPoint("hook_enc_embed")  # (B, S, C)
         self.hook_enc_pos_embed = HookPoint("hook_enc_pos_embed")  # (B, S, C)
         self.hook_enc_out = HookPoint("hook_enc_out")  # (B, S, C)

@@ -13,7 +13,7 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .base import TransformerBase
 from .hook_points import HookPoint, Recorder
-from .layers import MLP, HeadsAttention, Norm, sublayer, train_dropout
+from .layers import MLP, Embedding, HeadsAttention, Linear, Norm, sublayer, train_dropout
 
 
 class CausalSelfAttention(HeadsAttention):
@@ -23,8 +23,8 @@ class CausalSelfAttention(HeadsAttention):
         super().__init__(config, f"blocks.{layer}.attn.", rope=config.pos_encoding == "rope", fused_qkv=True,
                          declare_rot=True, grouped=True)
         self.d_kv = config.d_kv
-        self.c_attn = nn.Linear(config.n_embd, config.d_attn + 2 * config.d_kv, bias=config.qkv_bias)
-        self.c_proj = nn.Linear(config.d_attn, config.n_embd, bias=config.attn_proj_bias)
+        self.c_attn = Linear(config.n_embd, config.d_attn + 2 * config.d_kv, bias=config.qkv_bias)
+        self.c_proj = Linear(config.d_attn, config.n_embd, bias=config.attn_proj_bias)
 
     def forward(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
         # mask: (allowed (1|B, 1, T, T) keys each query may see, dead query rows that see none or None)
@@ -99,15 +99,15 @@ class GPT(TransformerBase):
         # Build on the meta device; set_up allocates and initialises from the config's seed.
         with torch.device("meta"):
             modules = dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wte=Embedding(config.vocab_size, config.n_embd),
                 h=nn.ModuleList(Block(config, i) for i in range(config.n_layer)),
             )
             if config.pos_encoding == "learned":
-                modules["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+                modules["wpe"] = Embedding(config.block_size, config.n_embd)
             if config.norm_placement == "pre":
                 modules["ln_f"] = Norm(config, "ln_final")
             self.transformer = nn.ModuleDict(modules)
-            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.head_bias)
+            self.lm_head = Linear(config.n_embd, config.vocab_size, bias=config.head_bias)
         self.hook_embed = HookPoint("hook_embed")  # (B, T, C)
         self.hook_pos_embed = HookPoint("hook_pos_embed")  # (B, T, C)
         self.hook_logits = HookPoint("hook_logits")  # (B, T, V)

@@ -59,6 +59,25 @@ def train_dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- modules
+
+class Linear(nn.Linear):
+    """``nn.Linear`` without torch's own first draw of its weights: every model here is built on the meta device and
+    then drawn from its config's seed (``TransformerBase.reset_parameters``), so that draw was thrown away. Built on
+    a real device it is uninitialised (``torch.empty``)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` without torch's own first draw, as ``Linear``. On the meta device that draw (``normal_``) runs
+    a Python decomposition that imports ``torch._dynamo``: 2.7 s of CPU in each new process (a server's first model,
+    each CLI run), measured 2026-11-27 on this 2-core machine."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class Norm(nn.Module):
     """LayerNorm or RMSNorm, written out so its divisor and its normalised input can be recorded."""
 
@@ -181,10 +200,10 @@ class MLP(nn.Module):
         self.activation = config.activation
         self.gated = config.gated_mlp
         if self.gated:
-            self.c_gate = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
+            self.c_gate = Linear(config.n_embd, config.d_mlp, bias=config.bias)
             self.hook_pre_linear = HookPoint(f"{p}.hook_pre_linear")  # (B, T, d_mlp)
-        self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
-        self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        self.c_fc = Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_proj = Linear(config.d_mlp, config.n_embd, bias=config.bias)
         self.hook_pre = HookPoint(f"{p}.hook_pre")  # (B, T, d_mlp)
         self.hook_post = HookPoint(f"{p}.hook_post")  # (B, T, d_mlp)
 
