@@ -1,7 +1,9 @@
 """`pip install gptviz`: the wheel is built from a copy of the clone, installed into a fresh virtual environment
 with no index (nothing downloaded), and used from a folder outside the clone: ``import gptviz`` is the installed
 copy, the shipped lessons and checkpoints are inside it, ``gptviz report`` writes a report on the shipped
-Shakespeare GPT, and ``gptviz app`` serves Home in a real browser.
+Shakespeare GPT, and ``gptviz app`` serves Home: its whole first run, read over Streamlit's own websocket protocol
+by the load tests' client (tools/load/protocol.py). Home drawn in Chromium is tests/browser/test_browser.py's (from
+the clone, the same files): a browser here would only render the same page again.
 
 The new environment is fresh but not empty-handed: a ``.pth`` file lends it this interpreter's site-packages, so the
 wheel's dependencies (torch, Streamlit, … from requirements.txt) resolve there instead of being downloaded again;
@@ -24,8 +26,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
-from kit import ARGS, CHROMIUM, require_browser  # noqa: I001 - after the path it is found on
 # what a wheel is built from: the package, the app's own files and the build's metadata (no tests, no .git)
 SOURCES = ["gptviz", "app_pages", "lessons", "checkpoints", ".streamlit", "app.py", "setup.py", "pyproject.toml",
            "README.md", "requirements.txt"]
@@ -131,9 +131,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_gptviz_app_serves_home_in_a_browser(installed):
-    require_browser()
-    from playwright.sync_api import sync_playwright
+async def _first_run(url: str):
+    from tools.load.protocol import Session
+
+    async with Session(url) as s:
+        return await s.rerun(timeout=120)
+
+
+def test_gptviz_app_serves_home(installed):
+    import asyncio
+
+    from tools.load import reading
 
     bin_dir, _, elsewhere, env, purelib = installed
     port = _free_port()
@@ -150,15 +158,15 @@ def test_gptviz_app_serves_home_in_a_browser(installed):
                 time.sleep(0.2)
         else:
             pytest.fail("gptviz app did not start")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.goto(url + "/")
-            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=90_000)
-            text = page.inner_text("[data-testid='stMain']")
-            browser.close()
-        assert "gptviz: watch a GPT work" in text and "Loss on your text" in text
-        assert "Traceback" not in text and "Error" not in text
+        run = asyncio.run(_first_run(url))  # a new session: Home's whole run, every element it drew
+        assert run.status == "FINISHED_SUCCESSFULLY", run.status
+        assert reading.errors(run.elements, run.compile_errors) == ([], [])
+        text = "\n".join(reading.texts(run.elements))
+        metrics = [el.metric.label for _, el in run.elements if el.WhichOneof("type") == "metric"]
+        assert "gptviz: watch a GPT work" in text and "Loss on your text" in metrics
+        assert "Traceback" not in text
+        kinds = [el.WhichOneof("type") for _, el in run.elements]
+        assert kinds.count("plotly_chart") >= 1 and "exception" not in kinds
         # `gptviz app` became the server: the process we started is Streamlit itself, so one SIGTERM stops it
         assert str(purelib / "gptviz" / "_bundled" / "app.py") in _cmdline(proc.pid)
         proc.terminate()
