@@ -20,6 +20,11 @@ torch.set_num_threads(1)
 
 from leftover_processes import leftovers, set_token  # tests/ is on sys.path (pytest puts conftest's folder there)
 
+if os.environ.get("GPTVIZ_PRELOAD"):  # set by tools/mutate.py: the heavy packages the tests import late, now, so
+    from lazy_import import preload  # mutmut's forked children inherit them (tests/lazy_import.py)
+
+    preload()
+
 from gptviz import GPT, ModelConfig
 
 # The slowest test files first, slowest first (JUnit times of a fresh clone's full run, 2026-11-27: test_browser.py

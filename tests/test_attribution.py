@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import CONFIGS, random_ids
+from lazy_import import lazy
 
 import gptviz
 from gptviz import GPT, trace
 
-pytest.importorskip("captum")
+lazy("captum", skip=True)
 
 
 def test_rollout_is_the_product_of_half_attention_half_identity_layer_by_layer():

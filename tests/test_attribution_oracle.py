@@ -10,13 +10,14 @@ import types
 import numpy as np
 import pytest
 import torch
+from lazy_import import lazy
 from perturbed_models import perturbed
 
 from gptviz import ModelConfig, trace
 from gptviz.interp import attribution
 from gptviz.interp.attribution import attention_rollout, integrated_gradients
 
-pytest.importorskip("captum")
+lazy("captum", skip=True)
 
 TINY = ModelConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8)
 DROPOUT = ModelConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8, dropout=0.5)

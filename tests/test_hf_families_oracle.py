@@ -8,16 +8,15 @@ import re
 
 import pytest
 import torch
-import torch._dynamo  # GPT's first build imports it (seconds): once at collection, not per test
+from lazy_import import lazy
 
 import gptviz
 from gptviz.config import MAX_PARAMS, ModelConfig
 from gptviz.model.hf_families import FAMILIES, MAX_CONTEXT, in_config_terms
 from gptviz.model.pretrained import model_config
 
-transformers = pytest.importorskip("transformers")
+transformers = lazy("transformers", skip=True)
 from hf_models import build
-from transformers import GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM  # noqa: F401 - at collection
 
 
 def opened(tmp_path, d: dict) -> ModelConfig:

@@ -6,13 +6,14 @@ import json
 import numpy as np
 import pytest
 from apphelp import ROOT, array, chart, page
+from lazy_import import lazy
 
 from gptviz.present import page_context
 from gptviz.present.report_store import Store
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
+nbformat = lazy("nbformat", skip=True)
+nbclient = lazy("nbclient", skip=True)
+lazy("ipykernel", skip=True)
 
 
 def executed(ctx):

@@ -4,8 +4,9 @@ import json
 
 import pytest
 import torch
+from lazy_import import lazy
 
-transformers = pytest.importorskip("transformers")
+transformers = lazy("transformers", skip=True)
 
 import gptviz
 from gptviz import from_hf_gpt2, trace

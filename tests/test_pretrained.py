@@ -7,12 +7,13 @@ import json
 import pytest
 import torch
 from hf_models import FAMILIES, TEXT, build, train_tokenizer
+from lazy_import import lazy
 
 import gptviz
 from gptviz import trace
 from gptviz.model.hook_names import act_name
 
-transformers = pytest.importorskip("transformers")
+transformers = lazy("transformers", skip=True)
 tokenizers = pytest.importorskip("tokenizers")
 
 

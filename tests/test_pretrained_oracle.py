@@ -2,27 +2,21 @@
 and one past it), the exact message a user reads, the order of the checks (config.json, then tokenizer.json, then
 the weights) and the weights themselves, against a GPT-2 of 16 tokens, 4 wide, whose tensors are written out here
 by hand with ``safetensors.torch`` (the oracle: the stored tensors, and GPT-2's forward pass written out)."""
+import importlib
+import importlib.util
 import json
 import math
 import sys
 
 import pytest
 import torch
-import torch._dynamo  # GPT's first build imports it (seconds): once at collection, not per test
 
 from gptviz.model import pretrained
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 pytest.importorskip("tokenizers")
-try:
-    from transformers import GemmaForCausalLM  # noqa: F401 - imported at collection, not in the test that builds one
-except ImportError:
-    pass
-try:
-    import huggingface_hub  # imported at collection (a second), not in the two tests that fake its download
-    from huggingface_hub import snapshot_download  # noqa: F401 - (a lazy import of its own)
-except ImportError:
-    huggingface_hub = None
+# transformers and huggingface_hub are imported when a test first uses them (tests/lazy_import.py)
+HAS_HUB = importlib.util.find_spec("huggingface_hub") is not None
 
 CONFIG = {"model_type": "gpt2", "vocab_size": 16, "n_embd": 4, "n_layer": 1, "n_head": 1, "n_positions": 8}
 C, V, T = 4, 16, 8
@@ -388,7 +382,7 @@ def test_a_repo_id_without_huggingface_hub_says_to_download_the_folder(tmp_path,
 
 
 def test_a_repo_id_is_fetched_from_the_hub_with_only_the_files_gptviz_reads(tmp_path, monkeypatch):
-    hub = huggingface_hub or pytest.skip("huggingface_hub is not installed")
+    hub = importlib.import_module("huggingface_hub") if HAS_HUB else pytest.skip("huggingface_hub is not installed")
     folder = tmp_path / "cache"
     folder.mkdir()
     w = write_folder(folder)
@@ -402,7 +396,7 @@ def test_a_repo_id_is_fetched_from_the_hub_with_only_the_files_gptviz_reads(tmp_
 
 
 def test_a_hub_failure_is_named_with_its_type_and_message_cut_to_160(tmp_path, monkeypatch):
-    hub = huggingface_hub or pytest.skip("huggingface_hub is not installed")
+    hub = importlib.import_module("huggingface_hub") if HAS_HUB else pytest.skip("huggingface_hub is not installed")
 
     def fail(name, **kw):
         raise OSError("z" * 300)

@@ -179,6 +179,9 @@ def run_mutmut(modules: list[str], tests: list[str], max_children: int, function
         cfg.pytest_add_cli_args = must + list(cfg.pytest_add_cli_args)
     import mutmut.__main__ as mutmut_main
 
+    # tests/conftest.py then imports the packages the tests import late (transformers, captum, ...) in the process
+    # the children are forked from, instead of each child paying for them (tests/lazy_import.py)
+    os.environ["GPTVIZ_PRELOAD"] = "1"
     try:
         mutmut_main.cli.main(["run", "--max-children", str(max_children), *mutant_patterns(list(functions))],
                              prog_name="mutmut", standalone_mode=False)

@@ -7,8 +7,9 @@ import os
 import pytest
 from apphelp import PAGES, charts, messages, page
 from hf_models import build
+from lazy_import import lazy
 
-pytest.importorskip("transformers")
+lazy("transformers", skip=True)
 FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "gpt_neox", "gemma"]
 ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 from apphelp import array, chart, engine_run, ok, page
+from lazy_import import lazy
 
-pytest.importorskip("captum")
+lazy("captum", skip=True)
 
 
 def _logit_gap(position: int, target: int) -> float:
