@@ -101,6 +101,8 @@ def test_a_shortened_class_ends_after_its_short_idle_time_and_stops_counting(mak
     code, token = s.create(LESSON)
     keep, _ = s.create(LESSON)
     assert s.get(code).idle == 60.0
+    assert s.expire(code, token, 7 * 24 * 3600) and s.get(code).idle == 60.0, (
+        "the longest idle time allowed, a week, is accepted (and lengthens nothing)")
     for bad in (0, -1, True, "5", None, float("nan"), float("inf"), 8 * 24 * 3600):
         assert not s.expire(code, token, bad), bad
     assert not s.expire(code, "x" * 32, 0.6) and not s.expire(code, None, 0.6) and not s.expire("ZZZZZZ", token, 1)
@@ -131,6 +133,7 @@ def test_redis_end_deletes_every_key_of_the_class_and_expire_leaves_the_index_al
     ann = s.new_student(code)
     assert s.join(code, ann) and s.answer(code, ann, 0, 1) and s.advance(code, token, 2) and s.answer(code, ann, 2, 4)
     assert s.expire(keep, keep_token, 5)
+    assert s.get(keep).idle == 5.0 and r.hget(f"endx:class:{{{keep}}}", "idle") == "5000", "5 s, kept in ms"
     k = f"endx:class:{{{keep}}}"
     assert all(0 < r.pttl(x) <= 5000 for x in r.keys(k + "*")), "the shortened class's keys"
     assert 90_000 < r.pttl("endx:classes") <= 100_000, "the index of classes keeps the store's idle time"

@@ -93,8 +93,9 @@ def test_the_keys_are_the_documented_ones_under_the_prefix_and_all_expire_after_
 
 def test_a_class_hash_written_without_settings_reads_as_no_settings_and_a_half_written_one_as_no_class(
         redis_url):
-    """A class created by a version without shared settings has no ``settings`` field: it reads as "". A hash
-    without ``version`` (never a whole class) reads as no class at all."""
+    """A class created by a version without shared settings (nor its own idle time) has no ``settings`` field: it
+    reads as "", and its idle time is the store's (in whole milliseconds: 60 s, or 1 ms). A hash without
+    ``version`` (never a whole class) reads as no class at all."""
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     s = RedisStore(redis_url, prefix="old", idle_seconds=60)
     r.hset("old:class:{KLMNPQ}", mapping={"lesson_id": LESSON, "lang": "es", "step": "3", "revealed": "1",
@@ -102,6 +103,7 @@ def test_a_class_hash_written_without_settings_reads_as_no_settings_and_a_half_w
     st = s.get("KLMNPQ")
     assert (st.code, st.lesson_id, st.lang, st.step, st.revealed, st.version, st.created, st.touched, st.settings) == (
         "KLMNPQ", LESSON, "es", 3, True, 7, 1_700_000_000.5, 1_700_000_100.25, "")
+    assert st.idle == 60.0 and RedisStore(redis_url, prefix="old", idle_seconds=0.001).get("KLMNPQ").idle == 0.001
     r.hset("old:class:{RSTUVW}", mapping={"touched": "1700000100.25", "lesson_id": LESSON})
     assert s.get("RSTUVW") is None and s.version("RSTUVW") is None
     r.delete("old:class:{KLMNPQ}", "old:class:{RSTUVW}")
@@ -116,6 +118,30 @@ def test_the_idle_time_is_passed_to_redis_in_milliseconds(redis_url):
     assert s.join(code, IDS[0])
     assert all(200_000 < r.pttl(k) <= 250_500 for k in r.keys("ms:*"))
     r.delete(*r.keys("ms:*"))
+
+
+def test_a_class_told_to_end_within_a_millisecond_is_given_one_millisecond_in_redis(redis_url):
+    """What Redis is told (its ``MONITOR`` stream, the commands the scripts ran): a store whose idle time is 1 ms
+    sets the keys of a new class to expire in 1 ms, and a class shortened to 1 ms (``expire``) keeps 1 ms as its
+    idle time and sets its keys to expire in 1 ms."""
+    r = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
+    k = "mon:class:{%s}"
+    kept = RedisStore(redis_url, prefix="mon", idle_seconds=60)
+    code, token = kept.create(LESSON)
+    with r.monitor() as m:
+        short, _ = RedisStore(redis_url, prefix="mon", idle_seconds=0.001).create(LESSON)
+        assert kept.expire(code, token, 0.001)
+        r.set("mon:done", "1")
+        seen = []
+        while "mon:done" not in (cmd := m.next_command()["command"]):
+            seen.append(cmd.split())
+    pexpire = [(c[1], c[2]) for c in seen if c[0] == "PEXPIRE"]
+    for cls in (short, code):
+        told = {ms for key, ms in pexpire if key.startswith(k % cls)}
+        assert (k % cls, "1") in pexpire and told == {"1"}, (cls, seen)
+    assert ("mon:classes", "1") in pexpire, "the index too, after the 1 ms store's create"
+    assert ["HSET", k % code, "idle", "1"] in seen, seen
+    r.delete(*r.keys("mon:*"))
 
 
 def test_open_store_hands_the_limits_to_the_store_it_picks(monkeypatch):
@@ -198,8 +224,12 @@ def test_a_class_whose_hash_is_gone_shows_no_answers_or_students_even_if_those_k
 def test_a_hung_redis_cannot_hold_a_page_for_more_than_a_few_seconds():
     """A Redis that accepts and never answers (or a host that never accepts) must fail a call within seconds, so
     the page says the class store failed instead of hanging: the connections the client makes have finite, short
-    connect and read timeouts (the bound, 5 s, is the requirement; the connection is made but never opened)."""
-    s = RedisStore(f"redis://127.0.0.1:{_closed_port()}/0", idle_seconds=60)
-    conn = s.r.connection_pool.make_connection()
+    connect and read timeouts, at most 3 s each (the requirement; the connection is made but never opened). An
+    operator's ``?socket_timeout=`` in the URL sets the read timeout (redis-py: the URL wins) but not the connect
+    timeout, which stays 3 s."""
+    url = f"redis://127.0.0.1:{_closed_port()}/0"
+    conn = RedisStore(url, idle_seconds=60).r.connection_pool.make_connection()
     for what, seconds in (("read", conn.socket_timeout), ("connect", conn.socket_connect_timeout)):
-        assert seconds is not None and 0 < seconds <= 5, (what, seconds)
+        assert seconds is not None and 0 < seconds <= 3, (what, seconds)
+    conn = RedisStore(url + "?socket_timeout=10", idle_seconds=60).r.connection_pool.make_connection()
+    assert conn.socket_timeout == 10 and 0 < conn.socket_connect_timeout <= 3, conn.socket_connect_timeout

@@ -148,6 +148,13 @@ def test_a_student_id_is_its_random_part_then_the_hmac_of_the_code_and_that_part
                                     .digest()[:12]).decode()
     assert sig == want and s.issued(code, sid)
     assert secret not in repr(s.get(code)) and sid not in secret
+    # Signed by the same recipe but with a random part of 8 or 12 characters (24 or 28 in all: well formed, and
+    # the signature checks): the class never issues such an id (16 + 16 characters), so it is not one of its ids.
+    for nonce in ("abcdefgh", "abcdefghijkl"):
+        short = nonce + base64.urlsafe_b64encode(hmac.new(secret.encode(), f"{code}:{nonce}".encode(),
+                                                          hashlib.sha256).digest()[:12]).decode()
+        assert good_student(short) and len(short) == len(nonce) + 16
+        assert not s.issued(code, short) and not s.join(code, short) and s.students(code) == 0, short
 
 
 def test_the_token_is_kept_as_its_sha256_and_compared_only_when_well_formed():
