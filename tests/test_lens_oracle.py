@@ -520,6 +520,45 @@ def test_an_edit_becomes_a_rest_component_only_above_the_noise_threshold(factor,
         assert int(want.abs().argmax()) == 1 * 6 + 2
 
 
+def test_an_edit_half_of_1e_4_over_the_threshold_is_already_a_rest_component():
+    """1e-4 · (1.5 + M): over the threshold 1e-4 · (1 + M) and under 1e-4 · (2 + M), so the 1 in it is 1 (with M
+    about 17 here, 1.4 times the threshold is over both)."""
+    m = perturbed(LN)
+    x, y = ids(LN)
+    M = float(trace(m, x, y)[f"blocks.{LN.n_layer - 1}.hook_resid_post"].abs().max())
+    labels = decompose(_bumped(m, x, y, 1e-4 * (1.5 + M)), m, "target")[0]
+    assert labels[-1] == REST_LABEL and len(labels) == len(components(LN)) + 1
+
+
+@pytest.mark.parametrize("added,rest", [(1.0, False), (float(np.nextafter(np.float32(1), np.float32(2))), True)])
+def test_a_difference_exactly_at_the_threshold_is_noise_and_one_float32_step_more_is_not(added, rest):
+    """A model whose stream is exactly its token embedding: every output projection (attention's and the MLP's, their
+    biases too) and the position embedding are zero, and only token 1's embedding is not: 9999 in coordinate 0. With
+    token 1 in the text, max |final stream| is 9999, so the threshold 1e-4 · (1 + 9999) is exactly 1.0 in float64.
+    Adding exactly 1.0 to the final stream at a position of token 0 makes a difference of exactly 1.0: not above the
+    threshold, no rest row; adding the next float32 after 1.0 is above it."""
+    m = GPT(LN)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "c_proj" in name or name in ("transformer.wte.weight", "transformer.wpe.weight"):
+                p.zero_()
+        m.transformer.wte.weight[1, 0] = 9999.0
+    x = torch.tensor([[1, 0, 1, 0]])
+
+    def add(r):
+        r = r.clone()
+        r[0, 1, 0] += added
+        return r
+
+    tr = trace(m, x, x, edits={f"blocks.{LN.n_layer - 1}.hook_resid_post": add})
+    final = tr[f"blocks.{LN.n_layer - 1}.hook_resid_post"]
+    assert float(final.abs().max()) == 9999.0 and 1e-4 * (1 + 9999.0) == 1.0  # the premises
+    assert torch.equal(final - tr["hook_embed"], torch.zeros_like(final).index_put_(
+        (torch.tensor([0]), torch.tensor([1]), torch.tensor([0])), torch.tensor(added)))
+    labels = decompose(tr, m, "target")[0]
+    assert (labels[-1] == REST_LABEL) == rest and len(labels) == len(components(LN)) + rest
+
+
 # --------------------------------------------------------------------------- sentences
 def test_top_contributors_are_the_n_largest_each_way_biggest_first_and_zero_is_neither():
     labels = ["a", "b", "c", "d", "e", "f"]
