@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from gptviz.text import bpe
 from gptviz.text.batches import BUILTIN_TEXT
-from gptviz.text.bpe import apply_merges_array, apply_merges_heap
+from gptviz.text.bpe import apply_merges, apply_merges_array, apply_merges_heap
 from gptviz.text.tokenizers import CharBPETokenizer, _merge
 
-FAST = [apply_merges_heap, apply_merges_array]
+FAST = [apply_merges_heap, apply_merges_array, apply_merges]  # the last: the switch, on sequences short and empty
 
 
 def simple(seq, ranks):
@@ -79,7 +79,9 @@ def test_the_shipped_corpus_encodes_the_same_either_way():
     tok = corpus.tokenizer()
     seq = [tok.vocab[c] for c in corpus.load("val") if c in tok.vocab]  # 290 k characters
     assert len(seq) >= bpe.LONG
-    assert apply_merges_array(seq, tok._ranks) == apply_merges_heap(seq, tok._ranks)
+    got = apply_merges(seq, tok._ranks)  # long: NumPy's passes
+    assert got == apply_merges_heap(seq, tok._ranks)
+    assert all(type(i) is int for i in got)  # Python ints, as the heap's: a float id would be no token id
 
 
 def test_a_long_sequence_takes_numpys_passes_and_a_short_one_the_heap(monkeypatch):
