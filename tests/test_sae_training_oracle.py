@@ -392,3 +392,81 @@ def test_the_readers_build_no_autograd_graph(model):
         assert saved == [], (name, len(saved))
         tensors = [out] if isinstance(out, torch.Tensor) else [v for v in out.values() if isinstance(v, torch.Tensor)]
         assert all(t.grad_fn is None for t in tensors), name
+
+
+def test_collect_stops_at_exactly_n_tokens_counted_in_rows_and_refuses_none(model):
+    """Rows are counted as vectors (batch · T per draw, not n_embd): 32 vectors of 4-token windows drawn one at a
+    time are 8 draws, each window's vectors those of a plain forward hook; one vector is one row; zero is refused."""
+    torch.manual_seed(5)
+    ids = torch.randint(0, CFG.vocab_size, (60,))
+    got = collect(model, ids, HOOK, 32, T=4, batch=1, seed=2)
+    g = torch.Generator().manual_seed(2)
+    want = torch.cat([hooked(model, ids[s:s + 4][None])[0]
+                      for s in (int(torch.randint(0, 56, (1,), generator=g)) for _ in range(8))])
+    assert got.shape == (32, CFG.n_embd) and torch.allclose(got, want, atol=1e-6)
+    assert collect(model, ids, HOOK, 1, T=4, batch=1).shape == (1, CFG.n_embd)
+    with pytest.raises(ValueError, match="at least one"):
+        collect(model, ids, HOOK, 0, T=4)
+
+
+def test_held_out_resid_reads_every_window_when_there_are_more_windows_than_positions(model):
+    torch.manual_seed(6)
+    wins = windows(torch.randint(0, CFG.vocab_size, (70,)), 5)  # 11 windows of 6 tokens
+    got = held_out_resid(model, wins, HOOK, batch=2)
+    assert got.shape == (wins.shape[0], 5, CFG.n_embd)
+    assert torch.allclose(got, hooked(model, wins[:, :-1]), atol=1e-6)
+
+
+def snippets_by_hand(sae, wins, resid_all, n_top, width, after):
+    """Each feature's n_top windows with the largest peaks (live: peak > 0), the span around each peak as the
+    docstring gives it: it ends `after` tokens past the peak (at least `width` in, at most T), `width` long."""
+    n, T, _ = resid_all.shape
+    f = torch.stack([sae.encode(resid_all[w]) for w in range(n)])  # (n, T, F)
+    F = f.shape[-1]
+    ids = torch.full((F, n_top, width), -1, dtype=torch.int32)
+    acts = torch.zeros((F, n_top, width), dtype=torch.float16)
+    for fi in range(F):
+        peaks = [(float(f[w, :, fi].max()), w) for w in range(n) if not torch.isnan(f[w, :, fi]).any()]
+        for j, (v, w) in enumerate(sorted(peaks, reverse=True)[:n_top]):
+            if v <= 0:
+                continue
+            p = int(f[w, :, fi].argmax())
+            end = min(T, max(p + 1 + after, width))
+            start = max(0, end - width)
+            ids[fi, j, :end - start] = wins[w, start:end].to(torch.int32)
+            acts[fi, j, :end - start] = f[w, start:end, fi].half()
+    return ids, acts
+
+
+def test_top_snippets_by_default_keeps_8_spans_of_24_tokens_4_past_the_peak_in_int32_and_float16(monkeypatch):
+    """The defaults the training command relies on (8 snippets, 24 tokens, 4 after the peak), the saved dtypes
+    (ids and where int32, acts float16), over two chunks of windows, the first longer than a window (33 > T = 32)."""
+    monkeypatch.setattr(sae_training, "SNIPPET_CHUNK", 33)
+    g = torch.Generator().manual_seed(7)
+    n, T, d = 40, 32, 8
+    sae = random_sae(d, 5, 2, seed=8)
+    resid_all = torch.randn(n, T, d, generator=g)
+    wins = torch.randint(0, 50, (n, T + 1), generator=g)
+    out = sae_training.top_snippets(sae, wins, resid_all)
+    want_ids, want_acts = snippets_by_hand(sae, wins, resid_all, 8, 24, 4)
+    assert out["ids"].dtype == torch.int32 and out["where"].dtype == torch.int32
+    assert out["acts"].dtype == torch.float16
+    assert out["ids"].shape == (5, 8, 24)
+    assert torch.equal(out["ids"], want_ids)
+    assert torch.allclose(out["acts"].float(), want_acts.float(), atol=1e-3)
+
+
+def test_a_window_of_nans_does_not_cost_a_feature_its_other_snippets():
+    """torch's topk ranks NaN first: a window whose vectors are NaN takes a feature's first slot, not live; the
+    live slots after it still get their spans (the loop skips a slot, it does not stop)."""
+    g = torch.Generator().manual_seed(9)
+    n, T, d = 12, 8, 8
+    sae = random_sae(d, 4, 2, seed=10)
+    resid_all = torch.randn(n, T, d, generator=g)
+    resid_all[3] = float("nan")
+    wins = torch.randint(0, 50, (n, T + 1), generator=g)
+    out = sae_training.top_snippets(sae, wins, resid_all, n_top=3, width=4, after=1)
+    live = out["peak"] > 0
+    assert live[:, 1:].any()
+    for fi, j in live.nonzero().tolist():
+        assert (out["ids"][fi, j] >= 0).all(), (fi, j)  # a whole span of real tokens (T = 8 >= width)

@@ -49,6 +49,8 @@ def windows(ids: torch.Tensor, T: int) -> torch.Tensor:
 def collect(model, ids: torch.Tensor, hook: str, n_tokens: int, T: int = 128, batch: int = 64,
             seed: int = 0) -> torch.Tensor:
     """``(n_tokens, d)`` vectors at ``hook`` over random windows of ``ids`` (every position of each window)."""
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens={n_tokens}: collect at least one vector")
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
         out, have = [], 0
