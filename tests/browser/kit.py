@@ -90,9 +90,12 @@ def browser():
 
 
 # The script's run is over and drawn: no "running" status widget, no element left stale from the last run, no
-# skeleton (the placeholder of an element still loading), and something in the main block.
+# skeleton (the placeholder of an element still loading: Streamlit 1.67 marks it data-testid="stSkeleton"; a lesson
+# step measured with its chart and buttons still skeletons was 40 px too tall once, under load), and something in the
+# main block.
 SCRIPT_DONE_JS = """() => !document.querySelector('[data-testid="stStatusWidget"]')
-    && !document.querySelector('[data-stale="true"], .stSkeleton, [data-testid="stAppSkeleton"]')
+    && !document.querySelector(
+        '[data-stale="true"], .stSkeleton, [data-testid="stSkeleton"], [data-testid="stAppSkeleton"]')
     && !!document.querySelector('[data-testid="stMain"] [data-testid="stElementContainer"]')"""
 EVERY_CHART_DRAWN_JS = ("() => [...document.querySelectorAll('.js-plotly-plot')]"
                         ".every(g => g.querySelector('.main-svg'))")
