@@ -218,16 +218,21 @@ class Cluster:
             s.startswith("UP") for s in self.server_states().values()), f"haproxy (port {self.ports.balancer})")
 
     # ------------------------------------------------------------------------------------------- look, kill
-    def server_states(self) -> dict[str, str]:
-        """HAProxy's view of each replica: {"app1": "UP", "app2": "DOWN", …} ({} when it does not answer)."""
+    def server_rows(self) -> dict[str, dict[str, str]]:
+        """HAProxy's statistics row of each replica (its CSV: ``status``, ``chkfail``, ``chkdown``, ``lastchk``…),
+        by server name ({} when it does not answer)."""
         try:
             with urllib.request.urlopen(f"http://{HOST}:{self.ports.stats}/stats;csv", timeout=2) as r:
                 text = r.read().decode()
         except OSError:
             return {}
         rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
-        return {r["svname"]: r["status"] for r in rows if r.get("pxname") == "streamlit"
+        return {r["svname"]: r for r in rows if r.get("pxname") == "streamlit"
                 and r.get("svname", "").startswith("app")}
+
+    def server_states(self) -> dict[str, str]:
+        """HAProxy's view of each replica: {"app1": "UP", "app2": "DOWN", …} ({} when it does not answer)."""
+        return {name: row["status"] for name, row in self.server_rows().items()}
 
     def kill_replica(self, i: int) -> int:
         """SIGKILL replica ``i`` (0-based), as a crash would; its pid."""

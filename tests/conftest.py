@@ -32,10 +32,11 @@ from gptviz import GPT, ModelConfig
 # --no-loadscope-reorder`: each worker takes the next file in this order when it is free, so the long files start
 # early instead of one of them keeping a worker busy alone at the end. Only the order changes, never what runs.
 SLOW_FILES_FIRST = [
-    "browser/test_browser.py", "test_shipped_models.py", "test_load.py", "browser/test_live_class_browser.py",
+    "browser/test_browser.py", "test_replicas.py", "test_shipped_models.py", "test_load.py",
+    "browser/test_live_class_browser.py",
     "app/test_model_folders.py", "test_wheel.py", "browser/test_old_addresses_browser.py",
     "browser/test_restart_browser.py", "app/test_page_hostile.py", "browser/test_lessons_browser.py",
-    "app/test_page_init.py", "test_replicas.py", "test_report.py", "app/test_trace_retention.py",
+    "app/test_page_init.py", "test_report.py", "app/test_trace_retention.py",
     "app/test_classroom.py", "test_notebook.py", "browser/test_first_screen_browser.py", "app/test_palette.py",
     "test_lesson_languages.py", "browser/test_selection_browser.py",
 ]

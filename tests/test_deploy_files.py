@@ -64,6 +64,29 @@ def test_k8s_yaml_parses_and_has_replicas_affinity_and_redis():
     assert by[("Service", "gptviz-redis")]["spec"]["ports"][0]["port"] == 6379
 
 
+def measured_slowest_health_ms() -> int:
+    """The slowest health answer haproxy.cfg's comment cites (its table of `python -m tools.load.health` figures)."""
+    maxima = [int(m) for m in re.findall(r"max +(\d+) ms", (DEPLOY / "haproxy.cfg").read_text())]
+    assert len(maxima) >= 5, "haproxy.cfg no longer cites the measured health-check figures"
+    return max(maxima)
+
+
+def test_every_health_check_waits_well_past_the_slowest_answer_measured():
+    """A check's timeout is at least 4x the slowest answer the measured figures show (HAProxy's, and both of the
+    Kubernetes probes'), and a replica is out only after 3 failures in a row."""
+    slowest = measured_slowest_health_ms()
+    text = (DEPLOY / "haproxy.cfg").read_text()
+    assert int(re.search(r"^\s*timeout check (\d+)s$", text, re.M).group(1)) * 1000 >= 4 * slowest
+    assert int(re.search(r"^\s*default-server check inter \S+ fall (\d+)", text, re.M).group(1)) >= 3
+    app = next(d for d in yaml.safe_load_all((DEPLOY / "k8s.yaml").read_text())
+               if d["kind"] == "Deployment" and d["metadata"]["name"] == "gptviz")
+    container = app["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("readinessProbe", "livenessProbe"):
+        spec = container[probe]
+        assert spec.get("timeoutSeconds", 1) * 1000 >= 4 * slowest, probe  # Kubernetes' default is 1 s
+        assert spec.get("failureThreshold", 3) >= 3, probe
+
+
 def test_dockerfile_copies_files_that_exist_and_pins_requirements_torch():
     text = (DEPLOY / "Dockerfile").read_text()
     sources = [s for line in re.findall(r"^COPY (.+)$", text, re.M) for s in line.split()[:-1]]
