@@ -151,9 +151,10 @@ def test_five_students_for_twenty_seconds_on_the_attention_page(app_server):
 
 def test_a_trainer_starts_a_training_run_that_finishes_and_then_shows_the_model_it_trained(app_server):
     _, url = app_server
-    r = run_class(url, students=1, seconds=5, every=2, trainers=1, page="Attention")
+    r = run_class(url, students=1, seconds=5, every=2, trainers=1, page="Attention", training_steps=60)
     assert r["failures"] == [] and r["trainers"] == 1
     assert r["training_status"] == ["FINISHED_SUCCESSFULLY"] and r["training_s"][0] > 0
+    assert r["training_steps"] == [60]  # the Steps the trainer set (the page's default is 600)
     assert r["model"]["shown"] == [reading.expected_model()["caption"]]  # the first view, before training
     assert len(r["model"]["after_training"]) == 1 and r["model"]["after_training"] != r["model"]["shown"]
 

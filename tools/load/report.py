@@ -54,6 +54,7 @@ def summarise(logs: list[StudentLog], *, settings: dict, expected_model: str | N
         "late_changes": sum(c["late"] for c in changes),
         "training_s": [log.training["seconds"] for log in logs if log.training],
         "training_status": [log.training["status"] for log in logs if log.training],
+        "training_steps": [log.training.get("steps") for log in logs if log.training],
         "errors": _distinct(errors),
         "errors_by_student": {log.index: len(log.errors) for log in logs if log.errors},
         "warnings": _distinct([w for log in logs for w in log.warnings]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,6 +23,7 @@ from tools.load.widgets import WidgetBook
 TEXT_LABEL = "Text (each line is one row of the batch)"  # gptviz/ui/page.py's sidebar
 LAYER_LABEL, HEAD_LABEL = "Layer", "Head"
 TRAIN_PAGE, TRAIN_BUTTON = "Training", "▶ Start training"
+TRAINED = re.compile(r"Trained for (\d+) steps")  # the Training page's sentence once a run has finished
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -43,6 +45,7 @@ class Plan:
     run_timeout: float = 120.0  # the longest wait for one run
     first_view_timeout: float = 300.0
     training_timeout: float = 600.0
+    training_steps: int | None = None  # a trainer's run: this many steps (None: the Training page's default)
     text_label: str = TEXT_LABEL
     layer_label: str = LAYER_LABEL
     head_label: str = HEAD_LABEL
@@ -125,9 +128,13 @@ class Student:
     async def _train(self, s: Session) -> None:
         """Press Start training on the Training page and wait for the run; then open the class's page."""
         button = self.book.find("button", label=TRAIN_BUTTON)
+        if self.plan.training_steps is not None:
+            self.book.set(self.book.find("number_input", label="Steps").id, int(self.plan.training_steps))
         self.book.press(button.id)
         run = await s.rerun(self.book.states(), timeout=self.plan.training_timeout)
-        self.log.training = {"seconds": run.seconds, "status": run.status or "did not finish"}
+        done = [m for t in reading.texts(run.elements) for m in TRAINED.findall(t)]
+        self.log.training = {"seconds": run.seconds, "status": run.status or "did not finish",
+                             "steps": int(done[0]) if done else None}  # as the page says it trained
         self.trained = True  # from the end of this run on, the pages show the model it trained
         self._record(run, s, "the training run")
         page = s.page(self.plan.page)
