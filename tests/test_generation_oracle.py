@@ -236,6 +236,23 @@ def test_sampled_generation_is_a_hand_loop_drawing_from_the_hand_distribution(mo
         ctx.append(tok)
     assert [s.token for s in steps] == want
     assert all(s.dist.kept.sum() <= k and s.dist.kept[s.token] for s in steps)
+    ctx, kept = list(prompt), []  # and each step's distribution is the hand one: tempered, top-k, top-p nucleus
+    for s in steps:
+        hand = hand_distribution(last_logits(model, ctx).numpy(), T, k, p)
+        assert np.allclose(s.dist.final.numpy(), hand[3], atol=1e-6)
+        kept.append(int(s.dist.kept.sum()))
+        assert kept[-1] == int((hand[3] > 0).sum())
+        ctx.append(s.token)
+    assert min(kept) < k  # the nucleus cut some step below the top 5
+
+
+def test_generation_by_default_samples_at_temperature_one_from_seed_zero(model):
+    prompt, n = [6, 2], 7
+    got = [s.token for s in generate(model, prompt, n)]
+    assert got == hand_sampled(model, prompt, n, 1.0, None, None, 0)
+    assert got != hand_sampled(model, prompt, n, 2.0, None, None, 0)
+    assert got != hand_sampled(model, prompt, n, 1.0, None, None, 1)
+
 
 
 def test_greedy_generation_takes_the_models_most_likely_token_whatever_the_settings(model):
@@ -254,6 +271,8 @@ def test_generation_refuses_an_empty_prompt_and_bad_settings_before_any_step(mod
     assert str(e.value) == "generation needs a prompt of at least one token"
     with pytest.raises(ValueError, match="top_k=0"):
         generate(model, [1], 0, top_k=0)
+    with pytest.raises(ValueError, match="top_p=1.5"):
+        generate(model, [1], 0, top_p=1.5)
 
 
 # -------------------------------------------------------------------------------------------------------- branching
