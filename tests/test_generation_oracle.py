@@ -288,6 +288,27 @@ def test_a_continuation_keeps_the_top_ten_or_the_whole_vocabulary_if_smaller(mod
     assert branching.TOP == 10
 
 
+def test_a_continuation_by_default_is_greedy_and_sampled_it_draws_at_temperature_one_from_seed_zero(model):
+    prompt, n, ctx, greedy = [3, 14], 6, [3, 14], []
+    for _ in range(n):
+        greedy.append(int(last_logits(model, ctx).argmax()))
+        ctx.append(greedy[-1])
+    assert continuation(model, prompt, n).tokens == greedy
+    sampled = continuation(model, prompt, n, greedy=False).tokens
+    assert sampled == hand_sampled(model, prompt, n, 1.0, None, None, 0) != greedy
+    assert sampled != hand_sampled(model, prompt, n, 2.0, None, None, 0)
+    assert sampled != hand_sampled(model, prompt, n, 1.0, None, None, 1)
+
+
+def test_a_continuation_refuses_bad_sampling_settings_by_name_before_anything_else(model):
+    """Before the forced step is even looked at (here it is out of range too): the setting is what the message names."""
+    for kw, name in (({"top_k": 0}, "top_k=0"), ({"top_p": 1.5}, "top_p=1.5"), ({"temperature": -1.0}, "temperature")):
+        with pytest.raises(ValueError, match=name):
+            continuation(model, [1], 2, **kw)
+        with pytest.raises(ValueError, match=name):
+            continuation(model, [1], 2, force=(5, 0), **kw)
+
+
 def test_the_joint_probability_from_a_step_on():
     path = Path([4, 5, 6, 7], [0.5, 0.25, 0.8, 0.1])
     assert path.joint() == pytest.approx(0.5 * 0.25 * 0.8 * 0.1)
