@@ -121,8 +121,9 @@ BUSY_CLASS_SECONDS = 300.0
 
 def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
     """Issue 36: replica 1 runs the heaviest work a page does (GPT-2 small, 124,439,808 parameters, built and traced
-    at T = 512 with its backward pass, `tools.load.health.heavy_backward`) for at least 10 s, while two CPU-bound
-    processes load the 2-core machine and 30 students on both replicas keep their pages polling. HAProxy never
+    at T = 512 with its backward pass, `tools.load.health.heavy_backward`) for at least 10 s, and is still at it when
+    the teacher presses Next, while two CPU-bound processes load the 2-core machine and 30 students on both replicas
+    keep their pages polling. HAProxy never
     marks either replica down (its own counters: no failed check turned into a down), no tab is dropped, the
     class's answers are exactly those sent, and the teacher's Next afterwards reaches every student."""
     from gptviz.live.redis_store import RedisStore
@@ -130,8 +131,7 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
     from tools.load.machine import process_cpu_seconds
 
     notes: dict = {"states": set()}
-    with busy_processes(2, BUSY_CLASS_SECONDS + 60), \
-            Cluster(Ports.free(replicas=2), start_timeout=90, run_dir=tmp_path) as cluster:
+    with Cluster(Ports.free(replicas=2), start_timeout=90, run_dir=tmp_path) as cluster:
         store = RedisStore(cluster.ports.redis_url)
         code, token = store.create(LESSON)
         busy_url = f"http://127.0.0.1:{cluster.ports.apps[0]}"  # straight to replica 1: the work is there
@@ -146,14 +146,17 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
                     await asyncio.sleep(0.25)
 
             watcher = asyncio.ensure_future(watch())
-            cpu0, t0 = process_cpu_seconds(cluster.replicas[0].popen.pid), time.perf_counter()
-            try:
-                notes["heavy"] = await heavy_backward(busy_url, BUSY_SECONDS, first_timeout=240)
-            finally:
-                notes["busy_s"] = time.perf_counter() - t0
-                notes["busy_cpu_s"] = process_cpu_seconds(cluster.replicas[0].popen.pid) - cpu0
+            with busy_processes(2, BUSY_CLASS_SECONDS):  # the machine loaded while replica 1 works, and at Next
+                cpu0, t0 = process_cpu_seconds(cluster.replicas[0].popen.pid), time.perf_counter()
+                try:  # left once 10 s have passed and the page has named GPT-2 small: the replica goes on working
+                    notes["heavy"] = await heavy_backward(busy_url, BUSY_SECONDS, first_timeout=240,
+                                                          wait_for_end=False)
+                finally:
+                    notes["busy_s"] = time.perf_counter() - t0
+                    notes["busy_cpu_s"] = process_cpu_seconds(cluster.replicas[0].popen.pid) - cpu0
+                notes["next_reached_all"] = await live.next_step(timeout=60)  # while replica 1 still works
+                await asyncio.sleep(1.0)  # HAProxy checks each replica once more, mid-work
                 watcher.cancel()
-            notes["next_reached_all"] = await live.next_step(timeout=60)
             notes["students_logs"] = {t.log.who: t.log for t in live.students}
 
         from tools.load.live_classroom import live_class
@@ -162,15 +165,15 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
                                          BUSY_CLASS_SECONDS))
         rows = cluster.server_rows()
         state, stored = store.get(code), store.answers(code, 0)
-        logs = notes["students_logs"]
+        logs = notes.get("students_logs", {})
         mine_in_redis = {who: store.my_answer(code, log.student_id, 0) for who, log in logs.items()}
 
-    assert r["opened"], f"not every tab showed the class: {r['not_opened']} {r['errors']}"
+    assert r["opened"], f"not every tab showed the class: {r['not_opened']} {r['errors']} {r['drops'][:3]}"
     assert notes["answered"], notes
     # both replicas had students, and replica 1 really worked: at least 10 s, a GPT-2-small run done, its CPU used
     assert notes["replicas"]["app1"] >= 5 and notes["replicas"]["app2"] >= 5, notes["replicas"]
     heavy = notes["heavy"]
-    assert notes["busy_s"] >= BUSY_SECONDS and heavy["runs"] and not heavy["errors"], heavy
+    assert notes["busy_s"] >= BUSY_SECONDS and not heavy["errors"], heavy
     assert {m[1] for m in heavy["models"] if m} == {GPT2_PARAMS}
     assert notes["busy_cpu_s"] >= 5.0, notes["busy_cpu_s"]
     # nobody was cut: HAProxy saw both UP throughout and counted no UP→DOWN; no tab reconnected
@@ -184,6 +187,6 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
     assert mine_in_redis == {who: v[0]["choice"] for who, v in sent.items()}
     assert notes["next_reached_all"] and state.step == 1 and r["next_missed"] == 0
     assert not r["errors"], r["errors"]
-    print(f"\nbusy replica: {notes['busy_s']:.0f} s, {notes['busy_cpu_s']:.0f} CPU s, GPT-2 small runs "
-          f"{[round(x, 1) for x in heavy['runs']]} s; checks failed {[v['chkfail'] for v in rows.values()]}; "
+    print(f"\nbusy replica: {notes['busy_s']:.0f} s, {notes['busy_cpu_s']:.0f} CPU s in it (GPT-2 small at T=512); "
+          f"checks failed {[v['chkfail'] for v in rows.values()]}; "
           f"Next→all p95 {r['next_to_step_s']['p95']:.2f} s; students {dict(notes['replicas'])}")

@@ -121,9 +121,14 @@ def heavy_texts():
     return lambda word: cut_to(tok, f"{word} {story}", T_HEAVY)
 
 
-async def heavy_backward(url: str, seconds: float, *, first_timeout: float = 300.0) -> dict:
+async def heavy_backward(url: str, seconds: float, *, first_timeout: float = 300.0, wait_for_end: bool = True) -> dict:
     """Run the Backward page on GPT-2 small at T = 512 again and again (a new text each time) for ``seconds``.
-    Returns the runs' times and any errors; raises RuntimeError if the page did not show GPT-2 small."""
+    Returns the runs' times and any errors; raises RuntimeError if the page did not show GPT-2 small.
+
+    ``wait_for_end=False``: one run only, left once ``seconds`` have passed and its sidebar has named the model
+    (the server goes on computing it): the replica is busy for the time asked, and no longer than the caller needs."""
+    if not wait_for_end:
+        return await _heavy_backward_for(url, seconds, first_timeout)
     from urllib.parse import urlencode
 
     from tools.load import reading
@@ -159,6 +164,46 @@ async def heavy_backward(url: str, seconds: float, *, first_timeout: float = 300
     params = {m[1] for m in out["models"] if m}
     if params != {GPT2_PARAMS}:
         raise RuntimeError(f"the Backward runs showed models of {params or 'no'} parameters, not GPT-2 small's "
+                           f"{GPT2_PARAMS:,}")
+    return out
+
+
+async def _heavy_backward_for(url: str, seconds: float, timeout: float) -> dict:
+    from urllib.parse import urlencode
+
+    from tools.load import reading
+    from tools.load.protocol import Session
+
+    out: dict = {"runs": [], "errors": [], "models": set()}
+    s = Session(url)
+    await s.connect()
+    try:
+        s.query_string = urlencode({"preset": "gpt2-small", "tokenizer": "gpt2", "text": heavy_texts()("start")})
+        t0 = time.perf_counter()
+        task = asyncio.ensure_future(s.rerun(page_name=BACKWARD_PAGE, timeout=timeout))
+        left = False
+        while not task.done():
+            run = s._run  # the run being drawn: its elements so far
+            caption = reading.model_shown(run.elements) if run is not None else None
+            if caption and time.perf_counter() - t0 >= seconds:
+                out["models"].add(reading.parse_model(caption))
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                left = True
+                break
+            await asyncio.sleep(0.2)
+        out["busy_s"] = time.perf_counter() - t0
+        if not left:
+            run = await task
+            out["models"].add(reading.parse_model(reading.model_shown(run.elements)))
+            if run.finished_at is None:
+                out["errors"].append(f"no model shown within {timeout} s ({s.closed_reason})")
+            out["errors"] += reading.errors(run.elements, run.compile_errors)[0]
+    finally:
+        await s.close()
+    params = {m[1] for m in out["models"] if m}
+    if params != {GPT2_PARAMS}:
+        raise RuntimeError(f"the Backward run showed models of {params or 'no'} parameters, not GPT-2 small's "
                            f"{GPT2_PARAMS:,}")
     return out
 
