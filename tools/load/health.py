@@ -121,6 +121,15 @@ def heavy_texts():
     return lambda word: cut_to(tok, f"{word} {story}", T_HEAVY)
 
 
+def _gpt2_small_shown(out: dict) -> dict:
+    """``out`` if every model the Backward page named is GPT-2 small; else RuntimeError (a fallback model)."""
+    params = {m[1] for m in out["models"] if m}
+    if params != {GPT2_PARAMS}:
+        raise RuntimeError(f"the Backward page showed models of {params or 'no'} parameters, not GPT-2 small's "
+                           f"{GPT2_PARAMS:,}")
+    return out
+
+
 async def heavy_backward(url: str, seconds: float, *, first_timeout: float = 300.0, wait_for_end: bool = True) -> dict:
     """Run the Backward page on GPT-2 small at T = 512 again and again (a new text each time) for ``seconds``.
     Returns the runs' times and any errors; raises RuntimeError if the page did not show GPT-2 small.
@@ -161,11 +170,7 @@ async def heavy_backward(url: str, seconds: float, *, first_timeout: float = 300
             book.set(book.find(None, label=TEXT_LABEL).id, text_for(f"w{k}"))
     finally:
         await s.close()
-    params = {m[1] for m in out["models"] if m}
-    if params != {GPT2_PARAMS}:
-        raise RuntimeError(f"the Backward runs showed models of {params or 'no'} parameters, not GPT-2 small's "
-                           f"{GPT2_PARAMS:,}")
-    return out
+    return _gpt2_small_shown(out)
 
 
 async def _heavy_backward_for(url: str, seconds: float, timeout: float) -> dict:
@@ -201,11 +206,7 @@ async def _heavy_backward_for(url: str, seconds: float, timeout: float) -> dict:
             out["errors"] += reading.errors(run.elements, run.compile_errors)[0]
     finally:
         await s.close()
-    params = {m[1] for m in out["models"] if m}
-    if params != {GPT2_PARAMS}:
-        raise RuntimeError(f"the Backward run showed models of {params or 'no'} parameters, not GPT-2 small's "
-                           f"{GPT2_PARAMS:,}")
-    return out
+    return _gpt2_small_shown(out)
 
 
 async def heavy_training(url: str, seconds: float) -> dict:
