@@ -1,8 +1,8 @@
-"""The command ``python -m gptviz.report``: one self-contained HTML report; the report itself is
-``gptviz.present.report``."""
+"""Kept because ``python -m gptviz.report`` is the recorded form of the command (README, ``gptviz report --help``'s
+usage line, tests/test_report.py): runs ``gptviz.commands.report``."""
 import sys
 
-from .present.report import main
+from .commands.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

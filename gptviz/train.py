@@ -1,8 +1,8 @@
-"""The command ``python -m gptviz.train`` (recorded in every shipped checkpoint); the recipes live in
-``gptviz.training.recipes``."""
+"""Kept because every shipped checkpoint records the command ``python -m gptviz.train``: runs
+``gptviz.commands.train``."""
 import sys
 
-from .training.recipes import main
+from .commands.train import main
 
 if __name__ == "__main__":
     sys.exit(main())

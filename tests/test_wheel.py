@@ -93,7 +93,7 @@ def test_the_wheel_carries_the_app_its_data_and_the_pinned_requirements(installe
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     scripts = configparser.ConfigParser()
     scripts.read_string(entry)
-    assert scripts["console_scripts"]["gptviz"] == "gptviz.cli:main"
+    assert scripts["console_scripts"]["gptviz"] == "gptviz.commands.cli:main"
 
 
 def test_gptviz_imports_from_the_installed_copy_outside_the_clone(installed):

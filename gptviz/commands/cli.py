@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
-from .paths import APP_SCRIPT
+from ..paths import APP_SCRIPT
 
 USAGE = """usage: gptviz {app,report,train} [options]
 
@@ -57,10 +57,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if what == "app":
         return run_app(rest)
     if what == "report":
-        from .present.report import main as report_main
+        from ..present.report import main as report_main
         return report_main(rest, prog="gptviz report")
     if what == "train":
-        from .training.recipes import main as train_main
+        from ..training.recipes import main as train_main
         return train_main(rest, prog="gptviz train")
     print(f"gptviz: unknown command {what!r}\n\n{USAGE}", end="", file=sys.stderr)
     return 2
