@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from tools.bench.long_texts import bench_long
 from tools.bench.memory import bench_memory
 from tools.bench.pages import bench_pages
 from tools.bench.report import exit_status, failed, table
+from tools.bench.run_record import LoadSampler, record
 from tools.bench.training import bench_training
 
 PARTS = "trace,pages,memory,training,browser"  # the default; "class" (5-15 minutes) runs only when named in --only
@@ -44,6 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("GPTVIZ_THREADS", "2")))
     from gptviz.perf import tune_allocator
@@ -64,6 +67,19 @@ def main(argv=None) -> int:
         ("live", lambda: bench_live(a.quick)),  # a live class on 2 replicas + Redis + HAProxy (~2.5 min)
         ("long", lambda: bench_long(a.quick)),
     ]
+    started, t_run = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
+    with LoadSampler() as load:
+        _run_parts(steps, parts, rows)
+    print(table(rows))
+    status = exit_status(rows)
+    if a.json:  # the rows and what the run was: the documentation's benchmark page is generated from this file
+        run = record([name for name, _ in steps if name in parts], argv, started, time.perf_counter() - t_run,
+                     load.samples, status)
+        Path(a.json).write_text(json.dumps({"run": run, "rows": rows}, indent=1))
+    return status
+
+
+def _run_parts(steps: list[tuple[str, Callable[[], list[dict]]]], parts: set[str], rows: list[dict]) -> None:
     for name, fn in steps:
         if name in parts:
             t = time.perf_counter()
@@ -72,7 +88,3 @@ def main(argv=None) -> int:
             except Exception as exc:  # noqa: BLE001 - the part fails loudly, the other parts still run
                 rows.append(failed(f"{name} (the whole part)", "—", f"{type(exc).__name__}: {exc}"[:300]))
             print(f"[bench] {name} done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-    print(table(rows))
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-    return exit_status(rows)
