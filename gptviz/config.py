@@ -43,14 +43,16 @@ class ModelConfig:
     n_layer: int = 2
     n_head: int = 2
     n_embd: int = 32
-    d_head: Optional[int] = None
-    d_mlp: Optional[int] = None
+    # d_head, d_mlp, qkv_bias, attn_proj_bias and n_kv_head: None (the default) asks for the derived value, which
+    # __post_init__ fills in, so a constructed config always holds an int (a bool): typed as the value it holds
+    d_head: int = None  # type: ignore[assignment]  # None until __post_init__, as above
+    d_mlp: int = None  # type: ignore[assignment]  # None until __post_init__, as above
     norm: str = "layernorm"
     norm_placement: str = "pre"
     pos_encoding: str = "learned"
     activation: str = "gelu_tanh"
     bias: bool = True
-    qkv_bias: Optional[bool] = None
+    qkv_bias: bool = None  # type: ignore[assignment]  # None until __post_init__, as above
     tie_weights: bool = True
     dropout: float = 0.0
     init_std: float = 0.02
@@ -62,9 +64,9 @@ class ModelConfig:
     # encoder output is a fixed, seeded random tensor; 1 or more = a real encoder of that many blocks.
     n_enc_layer: int = -1
     enc_len: int = 8  # encoder positions: the fixed encoder output's length, or the longest source
-    attn_proj_bias: Optional[bool] = None  # bias of attention's output projection; None = same as bias
+    attn_proj_bias: bool = None  # type: ignore[assignment]  # attention's output projection; None = same as bias
     head_bias: bool = False  # bias on the output layer (lm_head)
-    n_kv_head: Optional[int] = None  # key/value heads (grouped-query attention); None = n_head
+    n_kv_head: int = None  # type: ignore[assignment]  # key/value heads (grouped-query attention); None = n_head
     gated_mlp: bool = False  # act(x W_gate) * (x W_in), then W_out
     parallel_attn: bool = False  # x + attn(ln1(x)) + mlp(ln2(x))
     rotary_pct: float = 1.0  # the fraction of each head's dimensions that rotary positions turn

@@ -148,6 +148,7 @@ class Contributions:
             y = x + out
             m_out = self._get("mlp_out", l) if self.kind != "attn_only" else None
             if self.kind == "parallel":
+                assert m_out is not None  # a parallel block has an MLP
                 y = y + m_out
             u = head_sources(self.model, self.trace, self.b, l, self.dtype, self.value_bias)[:T]  # (T, H, C)
             pattern = _t(self.trace[act_name("pattern", l)])[self.b, :, :T, :T].to(self.dtype)  # (H, T, T)
@@ -164,7 +165,8 @@ class Contributions:
                 # the keys after k (after every query of the chunk): c = 0, so each scores as a zero vector does
                 later = shares(torch.zeros_like(yq), yq) * ((T - k) * H)
                 s_skip = shares(x[q], yq)
-                s_mlp = shares(m_out[q], yq) if self.kind == "parallel" else torch.zeros_like(s_skip)
+                s_mlp = (shares(m_out[q], yq) if self.kind == "parallel" and m_out is not None
+                         else torch.zeros_like(s_skip))
                 s_heads, s_skip, s_mlp = _norm([s_heads, s_skip, s_mlp], s_heads.sum((1, 2)) + later + s_skip + s_mlp)
                 for r, i in enumerate(q.tolist()):
                     self._attn[l, i] = s_heads[r, : i + 1].double().numpy()
@@ -173,6 +175,7 @@ class Contributions:
                         self._mlp[l, i] = float(s_mlp[r])
             # the stream the MLP read and added to: x + out, or its norm in a post-norm block
             if self.kind == "sequential":
+                assert m_out is not None  # a sequential block has an MLP
                 q = torch.tensor(todo)
                 xm = self._get("resid_mid", l)[q]
                 ym = xm + m_out[q]
@@ -325,7 +328,8 @@ def route_graph(c: Contributions, position: int, threshold: float = 0.04, heads:
     level = [g.output]  # the stream nodes entering layer l + 1 reached so far, top down
     for l in range(c.n_layer - 1, -1, -1):
         c.compute(l, [n[2] for n in level])
-        todo, below = list(level), []
+        todo = list(level)
+        below: list[tuple] = []
         while todo:  # everything inside layer l, down to the streams entering it
             node = todo.pop()
             g.nodes.append(node)

@@ -16,6 +16,8 @@ tokens, repeated twice (``repeated_probe``).
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
@@ -75,7 +77,7 @@ def head_scores(patterns, tokens, kinds=KINDS) -> dict[str, np.ndarray]:
     tok = np.asarray(tokens)
     if p.ndim == 4:
         p, tok = p[:, :, None], tok.reshape(1, -1)
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for kind in kinds:
         num, den = 0.0, 0
         for b in range(tok.shape[0]):
@@ -85,7 +87,8 @@ def head_scores(patterns, tokens, kinds=KINDS) -> dict[str, np.ndarray]:
                 q, k = np.nonzero(cells)
                 num = num + p[:, :, b][:, :, q, k].astype(np.float64).sum(-1)
                 den += int(rows.sum())
-        out[kind] = num / den if den else np.full(p.shape[:2], np.nan)
+        # den > 0 once a row was scored, and num is then the (n_layer, n_head) sum
+        out[kind] = cast(np.ndarray, num / den) if den else np.full(p.shape[:2], np.nan)
     return out
 
 

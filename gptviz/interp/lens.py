@@ -202,7 +202,7 @@ def head_grid(contributions, cfg):
     return c.reshape(cfg.n_layer, cfg.n_head, *c.shape[1:])
 
 
-def _token_ids(trace, tokens: Tokens, shape: tuple[int, int], vocab: int) -> torch.Tensor:
+def _token_ids(trace, tokens: Tokens, shape: tuple[int, ...], vocab: int) -> torch.Tensor:
     if isinstance(tokens, str):
         if tokens != "target":
             raise ValueError(f"tokens must be 'target', a token id or a (batch, pos) array of ids, not {tokens!r}")

@@ -56,7 +56,7 @@ class NeuronJob:
         self.result: Optional[NeuronStats] = None
         self.error = ""
         self.owners: set = set()  # who waits for it (the app: sessions); changed under the table's lock
-        self._load = load
+        self._load: Optional[Callable[[], Any]] = load  # None once the run has taken it
         self._slots = slots
         self._cancel = threading.Event()
         self._done = threading.Event()
@@ -101,6 +101,7 @@ class NeuronJob:
                     raise Cancelled("no one waits for this summary any more")
                 self.state = "running"
                 load, self._load = self._load, None  # the job keeps no way to the model but this run's
+                assert load is not None  # the job's one thread runs this once
                 model = load()
                 if model is None:
                     raise ValueError("the model was let go while its summary waited: open the page again")

@@ -51,7 +51,7 @@ class SparseAutoencoder(nn.Module):
         if kind == "topk" and not (k is not None and 0 < int(k) <= n_features):
             raise ValueError(f"a TopK SAE needs 1 <= k <= n_features, not k={k!r}")
         self.d_model, self.n_features, self.hook, self.kind = int(d_model), int(n_features), str(hook), kind
-        self.k = int(k) if kind == "topk" else None
+        self.k = int(k) if kind == "topk" and k is not None else None  # (checked above: a TopK SAE has its k)
         self.meta = dict(meta or {})
         self.W_enc = nn.Parameter(torch.zeros(d_model, n_features))
         self.b_enc = nn.Parameter(torch.zeros(n_features))
@@ -75,6 +75,7 @@ class SparseAutoencoder(nn.Module):
         pre = self.pre_acts(x)
         if self.kind == "relu":
             return torch.relu(pre)
+        assert self.k is not None  # a TopK SAE has its k
         vals, idx = pre.topk(self.k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))
 

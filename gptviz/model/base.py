@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .hook_points import HookPoint
-from .layers import rope_angles, sinusoidal_table
+from .layers import Linear, rope_angles, sinusoidal_table
 
 _BUILD = threading.local()
 
@@ -44,6 +44,14 @@ class TransformerBase(nn.Module):
 
     Subclasses define ``run`` and ``forward``, and say how many residual branches they have (``residual_branches``).
     """
+
+    # what the subclasses build and set_up registers: the ``transformer`` ModuleDict's modules are read as attributes
+    # (``transformer.wte``, ``.h``, ``.ln_f``), which torch types only as "a Tensor or a Module", hence Any
+    transformer: Any
+    lm_head: Linear
+    pos_table: torch.Tensor  # sinusoidal positions only
+    rope_cos: torch.Tensor  # rotary positions only
+    rope_sin: torch.Tensor
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -147,6 +155,7 @@ class TransformerBase(nn.Module):
         fixed sin/cos table; None when positions are rotary or absent."""
         cfg = self.config
         if cfg.pos_encoding == "learned":
+            assert wpe is not None  # a model with learned positions has its table
             return wpe(torch.arange(T, device=device))[None].expand(B, T, cfg.n_embd)
         if cfg.pos_encoding == "sinusoidal":
             return self.pos_table[:T][None].expand(B, T, cfg.n_embd)

@@ -24,7 +24,7 @@ the material's own training loop are in ``gptviz.training.reversal``.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -149,6 +149,8 @@ class Seq2Seq(TransformerBase):
     (n_enc_layer = 0); ``enc_mask`` (B, S) is 1 for real source positions and 0 for padding.
     """
 
+    encoder: Any  # a ModuleDict (with a real encoder) read by attribute, as ``transformer``
+
     def __init__(self, config: ModelConfig):
         if config.n_enc_layer < 0:
             raise ValueError("n_enc_layer=-1 describes a decoder-only model: build it with GPT(config)")
@@ -163,7 +165,8 @@ class Seq2Seq(TransformerBase):
                 modules["ln_f"] = Norm(config, "ln_final")
             self.transformer = nn.ModuleDict(modules)
             if config.n_enc_layer > 0:
-                enc = dict(h=nn.ModuleList(EncoderBlock(config, i) for i in range(config.n_enc_layer)))
+                enc: dict[str, nn.Module] = dict(
+                    h=nn.ModuleList(EncoderBlock(config, i) for i in range(config.n_enc_layer)))
                 if config.pos_encoding == "learned":
                     enc["wpe"] = Embedding(config.enc_len, C)
                 if config.norm_placement == "pre":

@@ -7,6 +7,8 @@ forward is bit-identical to the plain one.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 
@@ -90,6 +92,8 @@ class GPT(TransformerBase):
     """A decoder-only transformer. ``forward(idx, targets, attention_mask) -> (logits, loss)``.
 
     Import Hugging Face GPT-2 weights with ``gptviz.model.hf_gpt2.from_hf_gpt2(hf_model)``."""
+
+    family_note: Optional[str]  # only on a model loaded from a folder (gptviz.model.pretrained): read with getattr
 
     def __init__(self, config: ModelConfig):
         if config.n_enc_layer >= 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, overload
 
 import torch
 
@@ -60,6 +60,13 @@ def _pick(d: dict, keys: tuple[str, ...]) -> tuple[str, object]:
     return keys[0], None
 
 
+@overload
+def _int(d: dict, *keys: str, low: int = ..., high: Optional[int] = ..., within: str = "") -> int: ...
+@overload
+def _int(d: dict, *keys: str, default: int, low: int = ..., high: Optional[int] = ..., within: str = "") -> int: ...
+@overload
+def _int(d: dict, *keys: str, default: Optional[int], low: int = ..., high: Optional[int] = ...,
+         within: str = "") -> Optional[int]: ...
 def _int(d: dict, *keys: str, default=_REQUIRED, low: int = 1, high: Optional[int] = MAX_PARAMS,
          within: str = "") -> Optional[int]:
     """A whole number (not true/false, not 2.0) from the first of ``keys`` that has one, in ``[low, high]``;

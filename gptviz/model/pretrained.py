@@ -177,7 +177,7 @@ def _load(folder: Path, cfg: ModelConfig, family: str) -> GPT:
             raise ValueError(f"{name} has shape {have}, but config.json asks for {shape}")
     from safetensors import safe_open
 
-    handles: dict[Path, object] = {}
+    handles: dict[Path, safe_open] = {}
 
     def get(name: str) -> torch.Tensor:
         shard = table[name][0]

@@ -182,6 +182,7 @@ def switched_off_reading(tr, name: str, spec: Optional[dict], head: Optional[int
             allowed = np.isfinite(_arr(tr[f"blocks.{layer}.attn.hook_attn_scores"])[:, h])
             fwd = _head_max(tr, name, h, grad=False)
             g = _head_max(tr, name, h, grad=True, allowed=allowed)
+            assert fwd is not None and g is not None  # the step is in tr with its gradient (checked above)
             out.append(
                 f"{who}: your edit replaces its attention weights with 0, so their forward value is "
                 f"{_exactly_zero(fwd)}. Their gradient is {_exactly_zero(g)} on the cells attention may use: it says "
@@ -189,6 +190,7 @@ def switched_off_reading(tr, name: str, spec: Optional[dict], head: Optional[int
                 f"gradient on this head's {upstream} is {cut}")
         elif short in UPSTREAM_OF_PATTERN:
             g = _head_max(tr, name, h, grad=True)
+            assert g is not None  # the step is in tr with its gradient (checked above)
             tail = (f"and so is the gradient on all of its {upstream}: the edit cut them off from the loss." if up == 0
                     else f"and on its {upstream} it is {_exactly_zero(up)}.")
             out.append(
@@ -196,14 +198,15 @@ def switched_off_reading(tr, name: str, spec: Optional[dict], head: Optional[int
                 f"the loss through head {h}. Head {h}'s gradient here is {_exactly_zero(g)}, {tail}")
         elif short == "hook_v":
             g = _head_max(tr, name, h, grad=True)
+            assert g is not None  # the step is in tr with its gradient (checked above)
             out.append(
                 f"{who}: its values are multiplied by attention weights that are all 0, so head {h}'s gradient "
                 f"here is {_exactly_zero(g)}.")
         elif short == "hook_qkv":
-            g = _arr(tr.grad(name))
+            ga = _arr(tr.grad(name))
             nh, dh = tr.shape(f"blocks.{layer}.attn.hook_q")[2:4]  # (batch, pos, head, d_head)
             cols = [c * nh * dh + h * dh + i for c in range(3) for i in range(dh)]
-            v = float(np.abs(g[..., cols]).max())
+            v = float(np.abs(ga[..., cols]).max())
             out.append(
                 f"{who}: the gradient on its query, key and value columns here is {_exactly_zero(v)}; the "
                 "other columns feed the heads that are still on.")

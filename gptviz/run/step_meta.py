@@ -126,7 +126,8 @@ def step_meta(name: str, cfg: ModelConfig) -> StepMeta:
     axes = _CROSS_AXES.get(rest, axes)
     if stack == "encoder":  # the encoder's steps run over source positions
         axes = tuple("enc_pos" if a == "pos" else a for a in axes)
-    group, split = 1, ()
+    group = 1
+    split: tuple[int, ...] = ()
     if getattr(cfg, "n_kv_head", cfg.n_head) != cfg.n_head:
         if rest in ("attn.hook_k", "attn.hook_v", "attn.hook_rot_k"):
             group = cfg.n_head // cfg.n_kv_head

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union, cast
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ Edit = Union[torch.Tensor, np.ndarray, Callable[[torch.Tensor], Optional[torch.T
 class _Recorder:
     def __init__(self, edits: dict[str, Edit], grads: bool, slim_d_head: int = 0, masked=None, config=None,
                  lean_grads: bool = False, layers: Optional[frozenset[int]] = None):
-        self.acts: dict[str, torch.Tensor] = {}
+        self.acts: dict[str, Union[torch.Tensor, OnDemand]] = {}  # OnDemand: a step worked out when read
         self.seen: set[str] = set()  # every step the model passed, kept or not
         self.layers = layers  # keep only the steps of these layers and those outside every block (None: all)
         self.edits = edits
@@ -78,6 +78,7 @@ class _Recorder:
 
 
 def _apply_edit(name: str, x: torch.Tensor, edit: Edit) -> torch.Tensor:
+    out: Union[torch.Tensor, np.ndarray, None]
     if callable(edit):
         out = edit(x.clone())
         if out is None:
@@ -339,17 +340,21 @@ def trace(
         raise ValueError(f"cannot edit {', '.join(map(repr, unknown))}: no such step in this model")
     acts = rec.acts
     if isinstance(acts.get("hook_probs"), OnDemand):
+        assert breakdown is not None  # hook_probs is recorded with targets only
         breakdown.pop("probs")  # a slim trace keeps no (B, T, V) probabilities: tr["hook_probs"] works them out
-    grad_map = param_grads = None
+    grad_map: Optional[dict[str, Union[torch.Tensor, OnDemand]]] = None
+    param_grads = None
     if grads:
+        assert breakdown is not None  # grads=True needs targets (checked above)
         lean_layers = {t.layer for t in acts.values() if isinstance(t, OnDemand) and t.step == "attn_scores"}
         worked_out = {on_demand.step_name(layer, "pattern") for layer in lean_layers}  # its gradient: from z's
         names = [n for n, t in acts.items() if not isinstance(t, OnDemand) and n not in worked_out]
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        big = _embedding_weights(model) if rec.raw and {"wte_out", "lm_in", "lm_out"} <= set(rec.raw) else {}
+        raw = rec.raw or {}  # the unembedding's inputs and outputs, if the model recorded them
+        big = _embedding_weights(model) if {"wte_out", "lm_in", "lm_out"} <= set(raw) else {}
         params = [(n, p) for n, p in params if n not in big]
-        extra = [rec.raw["wte_out"], rec.raw["lm_out"]] if big else []
-        inputs = [acts[n] for n in names] + [p for _, p in params] + extra
+        extra = [raw["wte_out"], raw["lm_out"]] if big else []
+        inputs = [cast(torch.Tensor, acts[n]) for n in names] + [p for _, p in params] + extra  # no OnDemand
         got = torch.autograd.grad(breakdown["loss"], inputs, allow_unused=True)
         grad_map = {n: g for n, g in zip(names, got[: len(names)]) if g is not None}
         for n, note in rec.notes.items():  # a kept attn_scores gives way to its note once its gradient is taken;
@@ -368,7 +373,7 @@ def trace(
         if weight_grads == "norms":
             norms = {n: float(g.detach().float().norm()) for n, g in param_grads.items()}
             if big:
-                norms.update(_embedding_grad_norms(model, idx, got[-2], rec.raw["lm_in"].detach(), got[-1], big))
+                norms.update(_embedding_grad_norms(model, idx, got[-2], raw["lm_in"].detach(), got[-1], big))
             order = [n for n, _ in model.named_parameters() if n in norms]
             param_grads, param_norms = None, {n: norms[n] for n in order}
         acts = {n: (t if isinstance(t, OnDemand) else t.detach()) for n, t in acts.items()}

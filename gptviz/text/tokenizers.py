@@ -14,7 +14,7 @@ import hashlib
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Optional, Protocol, Sequence
+from typing import Any, Iterable, Optional, Protocol, Sequence
 
 from .bpe import apply_merges
 
@@ -241,7 +241,7 @@ TIKTOKEN_DIR = Path(__file__).resolve().parent / "data" / "tiktoken"
 _R50K_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 # tiktoken's own pattern strings and special tokens for each encoding (tiktoken_ext.openai_public;
 # tests/test_tokenizers.py checks they are still the same).
-TIKTOKEN_SPECS = {
+TIKTOKEN_SPECS: dict[str, dict[str, Any]] = {
     "r50k_base": dict(
         sha256="306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930", explicit_n_vocab=50257,
         pat_str=_R50K_PAT, special_tokens={EOT: 50256}),
