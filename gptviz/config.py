@@ -15,6 +15,7 @@ NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")  # Hugging Face's names (its rope_type)
 
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
@@ -35,7 +36,10 @@ class ModelConfig:
     ``gated_mlp`` is a gated MLP, ``act(x W_gate) * (x W_in)`` then ``W_out`` (SwiGLU with ``activation="silu"``);
     ``parallel_attn`` adds attention and the MLP to the stream side by side, each reading the block's input
     through its own norm (GPT-NeoX, GPT-J); ``rotary_pct`` rotates only the first fraction of each head's
-    dimensions (Pythia: 0.25).
+    dimensions (Pythia: 0.25); ``sliding_window`` lets each query see only the last ``sliding_window`` positions
+    (itself included: key j for query i when i - sliding_window < j <= i), on the layers ``sliding_layers`` lists
+    (None: every layer) while the others keep plain causal attention (Mistral, Qwen2). The window is a mask, never
+    a cap on the context: a text longer than the window still fits up to ``block_size``.
     """
 
     vocab_size: int = 64
@@ -58,6 +62,18 @@ class ModelConfig:
     init_std: float = 0.02
     ln_eps: float = 1e-5
     rope_base: float = 10000.0
+    # Rotary scaling, as Hugging Face names it (ROPE_TYPES; the formulas are in gptviz.model.rope_scaling). Each
+    # type reads only its own fields ("default", plain rotary positions, reads none); llama3 the freq factors, yarn
+    # the betas and truncate; every scaled type multiplies cos and sin by rope_attention_factor.
+    rope_type: str = "default"
+    rope_factor: float = 1.0
+    rope_original_max_pos: int = None  # type: ignore[assignment]  # the context trained for; None = block_size
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_beta_fast: float = 32.0
+    rope_beta_slow: float = 1.0
+    rope_truncate: bool = True
+    rope_attention_factor: float = None  # type: ignore[assignment]  # None = the type's own (rope_attention_default)
     seed: int = 0
     attn_only: bool = False  # blocks without an MLP: the setting where induction heads are studied
     # Encoder-decoder (gptviz.model.encoder_decoder): -1 = decoder only (GPT); 0 = a decoder with cross-attention whose
@@ -70,6 +86,8 @@ class ModelConfig:
     gated_mlp: bool = False  # act(x W_gate) * (x W_in), then W_out
     parallel_attn: bool = False  # x + attn(ln1(x)) + mlp(ln2(x))
     rotary_pct: float = 1.0  # the fraction of each head's dimensions that rotary positions turn
+    sliding_window: Optional[int] = None  # None: plain causal attention; else query i sees keys i-w+1 .. i
+    sliding_layers: Optional[tuple[int, ...]] = None  # the layers with the window (sorted); None: every layer
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -158,10 +176,70 @@ class ModelConfig:
         if self.pos_encoding == "rope" and (self.d_rot % 2 or self.d_rot < 2):
             raise ValueError(f"rotary_pct={self.rotary_pct} of d_head={self.d_head} turns {self.d_rot} dimension(s): "
                              "rotary embeddings turn pairs, so it must come to an even number, at least 2")
+        self._check_rope_scaling()
         if self.parallel_attn and (self.norm_placement != "pre" or self.attn_only or self.n_enc_layer >= 0):
             raise bad("parallel_attn", "needs a decoder-only model with pre-norm blocks that have an MLP")
         if (self.gated_mlp or self.n_kv_head != self.n_head) and self.n_enc_layer >= 0:
             raise ValueError("gated_mlp and n_kv_head are for decoder-only models (n_enc_layer=-1)")
+        self._check_sliding_window()
+
+    def _check_sliding_window(self) -> None:
+        """``sliding_window``: None or a whole number of at least 1; ``sliding_layers``: None, or layer indices in
+        range, sorted and each once (a list, as JSON gives it, is kept as a tuple so the config stays hashable)."""
+        w, layers = self.sliding_window, self.sliding_layers
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise ValueError(f"sliding_window={w!r} must be a whole number of at least 1, or None (no window)")
+        if layers is None:
+            return
+        if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                             for i in layers):
+            raise ValueError(f"sliding_layers={layers!r} must be a list of layer indices, or None (every layer)")
+        layers = tuple(layers)
+        object.__setattr__(self, "sliding_layers", layers)
+        if w is None:
+            raise ValueError(f"sliding_layers={layers!r} needs a sliding_window: it says which layers use it")
+        if any(not 0 <= i < self.n_layer for i in layers):
+            raise ValueError(f"sliding_layers={layers!r} must be layers of this model (0 to {self.n_layer - 1})")
+        if any(a >= b for a, b in zip(layers, layers[1:])):
+            raise ValueError(f"sliding_layers={layers!r} must be sorted, each layer once")
+
+    def layer_window(self, layer: int) -> Optional[int]:
+        """The sliding window of ``layer``'s self-attention: ``sliding_window`` if that layer uses it, else None."""
+        if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):
+            return None
+        return self.sliding_window
+
+    def _check_rope_scaling(self) -> None:
+        """The rotary scaling fields' types, ranges and rules; a None filled in (block_size, the type's own)."""
+        bad = lambda name, rule: ValueError(f"{name}={getattr(self, name)!r} {rule}")
+        if self.rope_type not in ROPE_TYPES:
+            raise bad("rope_type", "must be one of " + ", ".join(repr(a) for a in ROPE_TYPES))
+        if self.rope_original_max_pos is None:
+            object.__setattr__(self, "rope_original_max_pos", self.block_size)
+        value = self.rope_original_max_pos
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 32:
+            raise bad("rope_original_max_pos", "must be a whole number from 1 to 2^32, or None (block_size)")
+        if not isinstance(self.rope_truncate, bool):
+            raise bad("rope_truncate", "must be True or False")
+        numbers = ["rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_beta_fast", "rope_beta_slow"]
+        for name in numbers + ([] if self.rope_attention_factor is None else ["rope_attention_factor"]):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(name, "must be a finite number")
+            if value <= 0:
+                raise bad(name, "must be above 0")
+            object.__setattr__(self, name, float(value))
+        if self.rope_attention_factor is None:
+            object.__setattr__(self, "rope_attention_factor", rope_attention_default(self.rope_type, self.rope_factor))
+        if self.rope_type == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
+            raise bad("rope_high_freq_factor", f"must be above rope_low_freq_factor={self.rope_low_freq_factor:g}: "
+                      "llama3 blends the frequencies between the two wavelengths they set")
+        if self.rope_type == "yarn" and self.rope_beta_fast < self.rope_beta_slow:
+            raise bad("rope_beta_fast", f"must be at least rope_beta_slow={self.rope_beta_slow:g}: yarn keeps the "
+                      "dimensions turning over beta_fast times and scales those turning under beta_slow times")
+        if self.rope_type == "dynamic" and self.pos_encoding == "rope" and self.d_rot < 4:
+            raise ValueError(f"rope_type='dynamic' needs at least 4 rotated dimensions, not d_rot={self.d_rot}: it "
+                             "raises the base to the power d_rot / (d_rot - 2)")
 
     # ----------------------------------------------------------------- derived sizes
     @property
@@ -222,7 +300,7 @@ class ModelConfig:
         )
         kept = self.n_layer if layers is None else layers
         total = (kept * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
-                 + T * T)  # + the causal mask
+                 + T * T * (1 if self.sliding_window is None else 2))  # + the causal mask (and the windowed one)
         if self.n_enc_layer >= 0:
             S = self.enc_len
             cross = (B * T * (6 * C + 1) + B * T * self.d_attn * 2 + B * S * self.d_attn * 2
@@ -297,11 +375,19 @@ class ModelConfig:
         """A copy with some fields changed; derived defaults are worked out again unless given."""
         data = self.to_dict()
         for derived, source in (("d_head", ("n_embd", "n_head")), ("d_mlp", ("n_embd",)), ("qkv_bias", ("bias",)),
-                                 ("attn_proj_bias", ("bias",)), ("n_kv_head", ("n_head",))):
+                                 ("attn_proj_bias", ("bias",)), ("n_kv_head", ("n_head",)),
+                                 ("rope_original_max_pos", ("block_size",)),
+                                 ("rope_attention_factor", ("rope_type", "rope_factor"))):
             if derived not in changes and any(s in changes for s in source):
                 data[derived] = None
         data.update(changes)
         return ModelConfig(**data)
+
+
+def rope_attention_default(rope_type: str, factor: float) -> float:
+    """What cos and sin are multiplied by when a config names no ``rope_attention_factor``: yarn's
+    0.1 · ln(factor) + 1 for a factor above 1 (transformers' ``get_mscale``), and 1 for every other case."""
+    return 0.1 * math.log(factor) + 1.0 if rope_type == "yarn" and factor > 1 else 1.0
 
 
 def _preset_table() -> dict[str, ModelConfig]:

@@ -56,7 +56,7 @@ def build(family: str, folder, **extra):
     elif family == "mistral":
         cfg = T.MistralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                              sliding_window=None, **extra)
+                              **{"sliding_window": None, **extra})  # no window unless the test gives one
         cls = T.MistralForCausalLM
     elif family == "gemma":  # head_dim 32, not 64/4; one key/value head (multi-query, as Gemma 2b) unless told
         cfg = T.GemmaConfig(**{"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 96,

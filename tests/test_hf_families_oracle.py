@@ -62,16 +62,19 @@ EVERY_KEY = [
     ("qwen2", {"model_type": "qwen2", "vocab_size": 17, "hidden_size": 12, "intermediate_size": 20,
                "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 6,
                "max_position_embeddings": 40, "sliding_window": 24, "use_sliding_window": True,
+               "max_window_layers": 1,
                "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}, "hidden_act": "tanh",
                "tie_word_embeddings": True, "rms_norm_eps": 1e-4, "initializer_range": 0.07},
-     dict(vocab_size=17, block_size=24, n_layer=3, n_head=6, n_kv_head=2, n_embd=12, d_head=6, d_mlp=20,
+     dict(vocab_size=17, block_size=40, sliding_window=24, sliding_layers=(1, 2), n_layer=3, n_head=6, n_kv_head=2,
+          n_embd=12, d_head=6, d_mlp=20,
           norm="rmsnorm", pos_encoding="rope", rope_base=300.0, rotary_pct=1.0, activation="tanh", gated_mlp=True,
           bias=False, qkv_bias=True, attn_proj_bias=False, tie_weights=True, ln_eps=1e-4, init_std=0.07)),
     ("mistral", {"model_type": "mistral", "vocab_size": 17, "hidden_size": 12, "intermediate_size": 20,
                  "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 6,
                  "max_position_embeddings": 40, "sliding_window": 24, "rope_theta": 700.0, "hidden_act": "silu",
                  "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "initializer_range": 0.01},
-     dict(vocab_size=17, block_size=24, n_layer=3, n_head=6, n_kv_head=6, n_embd=12, d_head=2, d_mlp=20,
+     dict(vocab_size=17, block_size=40, sliding_window=24, n_layer=3, n_head=6, n_kv_head=6, n_embd=12, d_head=2,
+          d_mlp=20,
           norm="rmsnorm", pos_encoding="rope", rope_base=700.0, activation="silu", gated_mlp=True, bias=False,
           qkv_bias=False, attn_proj_bias=False, tie_weights=False, ln_eps=1e-5, init_std=0.01)),
     ("gpt_neox", {"model_type": "gpt_neox", "vocab_size": 17, "hidden_size": 12, "intermediate_size": 20,
@@ -121,7 +124,7 @@ def test_the_keys_a_llama_family_config_leaves_out_take_transformers_defaults(tm
          t.initializer_range)
     assert (cfg.activation, cfg.tie_weights, cfg.qkv_bias, cfg.attn_proj_bias, cfg.bias) == \
         ("silu", False, family == "qwen2", False, False)
-    # without max_position_embeddings: LlamaConfig's default, 2048 (under Mistral's default window of 4096)
+    # without max_position_embeddings: LlamaConfig's default, 2048 (Mistral's default window, 4096, is a mask)
     d.pop("max_position_embeddings")
     assert opened(tmp_path, d).block_size == t.max_position_embeddings == 2048
 
@@ -156,29 +159,55 @@ def test_a_rope_theta_just_above_1_is_read(tmp_path, change):
     assert opened(tmp_path, {**LLAMA, **change}).rope_base == 1.5
 
 
-@pytest.mark.parametrize("family, change, block", [
-    ("llama", {"sliding_window": 4}, 4),  # a window given is used where the family does not say otherwise
-    ("llama", {"sliding_window": 4, "use_sliding_window": False}, 8),
-    ("llama", {"sliding_window": 10**30}, 8),  # a window of any size is capped by the context, never refused
-    ("mistral", {"sliding_window": 8}, 8),  # the window equal to the context
-    ("mistral", {"sliding_window": 9}, 8),
-    ("mistral", {"sliding_window": 7}, 7),
-    ("mistral", {"sliding_window": 6, "use_sliding_window": False}, 8),
-    ("qwen2", {"sliding_window": 6, "use_sliding_window": True}, 6),
-    ("gpt2", {"n_positions": MAX_CONTEXT + 1}, MAX_CONTEXT),
-    ("gpt2", {"n_positions": MAX_CONTEXT}, MAX_CONTEXT),
-    ("gpt2", {"n_positions": MAX_CONTEXT - 1}, MAX_CONTEXT - 1),
+THREE = {"num_hidden_layers": 3}
+
+
+@pytest.mark.parametrize("family, change, block, window, layers", [
+    # transformers' Llama, Gemma, GPT-2 and GPT-NeoX have no sliding window: a stray key is ignored, as there
+    ("llama", {"sliding_window": 4}, 8, None, None),
+    ("llama", {"sliding_window": 4, "use_sliding_window": True}, 8, None, None),
+    ("llama", {"sliding_window": 10**30}, 8, None, None),
+    ("gemma", {"sliding_window": 4}, 8, None, None),
+    ("gpt2", {"sliding_window": 4}, 8, None, None),
+    ("gpt_neox", {"sliding_window": 4}, 8, None, None),
+    # Mistral: a window on every layer, whatever use_sliding_window or layer_types say (MistralModel reads neither)
+    ("mistral", {"sliding_window": 8}, 8, 8, None),
+    ("mistral", {"sliding_window": 9}, 8, 9, None),
+    ("mistral", {"sliding_window": 7}, 8, 7, None),
+    ("mistral", {"sliding_window": 1}, 8, 1, None),
+    ("mistral", {"sliding_window": 6, "use_sliding_window": False}, 8, 6, None),
+    ("mistral", {"sliding_window": 6, "layer_types": ["full_attention"]}, 8, 6, None),
+    ("mistral", {}, 8, 4096, None),  # MistralConfig's default window
+    ("mistral", {"sliding_window": None}, 8, None, None),  # null: none
+    # Qwen2: only with use_sliding_window, on the layers i >= max_window_layers (28 by default), or layer_types'
+    ("qwen2", {"sliding_window": 6}, 8, None, None),
+    ("qwen2", {"sliding_window": 6, "use_sliding_window": True}, 8, None, None),  # 1 layer < 28
+    ("qwen2", {"sliding_window": 6, "use_sliding_window": True, "max_window_layers": 0}, 8, 6, None),
+    ("qwen2", {"use_sliding_window": True, "max_window_layers": 0}, 8, 4096, None),
+    ("qwen2", {"sliding_window": 6, "use_sliding_window": True, "max_window_layers": 1, **THREE}, 8, 6, (1, 2)),
+    ("qwen2", {"sliding_window": 6, "use_sliding_window": True, "max_window_layers": 3, **THREE}, 8, None, None),
+    ("qwen2", {"sliding_window": 6, "use_sliding_window": True, "max_window_layers": 0, **THREE,
+               "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}, 8, 6, (0, 2)),
+    ("qwen2", {"sliding_window": 6, "use_sliding_window": False, **THREE,
+               "layer_types": ["full_attention", "attention", "full_attention"]}, 8, None, None),
+    ("gpt2", {"n_positions": MAX_CONTEXT + 1}, MAX_CONTEXT, None, None),
+    ("gpt2", {"n_positions": MAX_CONTEXT}, MAX_CONTEXT, None, None),
+    ("gpt2", {"n_positions": MAX_CONTEXT - 1}, MAX_CONTEXT - 1, None, None),
 ])
-def test_the_context_is_the_smallest_of_positions_window_and_the_cap(tmp_path, family, change, block):
-    """Within its sliding window, sliding-window attention is causal attention: the model is built for the
-    smaller of its context and its window, and at most MAX_CONTEXT positions."""
-    base = {"gpt2": GPT2, "llama": LLAMA, "mistral": {**LLAMA, "model_type": "mistral"},
-            "qwen2": {**LLAMA, "model_type": "qwen2"}}[family]
-    assert opened(tmp_path, {**base, **change}).block_size == block
+def test_the_context_is_the_positions_capped_and_a_sliding_window_is_a_mask(tmp_path, family, change, block, window,
+                                                                            layers):
+    """The model is built for its positions (at most MAX_CONTEXT), never for its sliding window: the window is a
+    mask on the layers transformers puts it on (issue 38; before, a window shorter than the context was read as
+    the context, and a longer text was refused)."""
+    base = {"gpt2": GPT2, "llama": LLAMA, "gemma": GEMMA, "gpt_neox": NEOX,
+            "mistral": {**LLAMA, "model_type": "mistral"}, "qwen2": {**LLAMA, "model_type": "qwen2"}}[family]
+    cfg = opened(tmp_path, {**base, **change})
+    assert (cfg.block_size, cfg.sliding_window, cfg.sliding_layers) == (block, window, layers)
 
 
 # ---------------------------------------------------------------------- the messages a user sees
-SCALES = "this model scales its rotary positions, and gptviz computes plain rotary positions only"
+SCALES = "gptviz computes the rotary scalings 'linear', 'dynamic', 'llama3', 'yarn' (and plain rotary positions), " \
+         "not this one"  # the scalings themselves: tests/test_rope_scaling_oracle.py
 ACTS = "gelu, gelu_fast, gelu_new, gelu_pytorch_tanh, relu, silu, swish, tanh"  # transformers' names, sorted
 GEMMA2 = " is Gemma 2's, which gptviz does not open: this config says model_type 'gemma' (Gemma 1), which has none"
 @pytest.mark.parametrize("change, message", [
@@ -195,11 +224,12 @@ GEMMA2 = " is Gemma 2's, which gptviz does not open: this config says model_type
      "config.json's rope_parameters.partial_rotary_factor=0 must be above 0 and at most 1"),
     ({"rope_parameters": {"rope_theta": "x"}}, "config.json's rope_parameters.rope_theta='x' must be a finite number"),
     ({"rope_parameters": {"rope_type": 5}}, "config.json's rope_parameters.rope_type=5 must be a string"),
-    ({"rope_scaling": {"type": "linear", "factor": 2.0}},
-     "config.json's rope_scaling.type='linear': " + SCALES),
-    ({"rope_scaling": {"rope_type": "yarn"}}, "config.json's rope_scaling.rope_type='yarn': " + SCALES),
-    ({"rope_parameters": {"rope_type": "llama3"}, "rope_scaling": {"rope_type": "yarn"}},
-     "config.json's rope_parameters.rope_type='llama3': " + SCALES),
+    ({"rope_scaling": {"type": "longrope", "factor": 2.0}},
+     "config.json's rope_scaling.type='longrope': " + SCALES),
+    ({"rope_scaling": {"rope_type": "yarn"}},
+     "config.json's rope_scaling.rope_type='yarn' needs rope_scaling.factor, which it does not have"),
+    ({"rope_parameters": {"rope_type": "llama3"}, "rope_scaling": {"rope_type": "su"}},  # rope_scaling is the one read
+     "config.json's rope_scaling.rope_type='su': " + SCALES),
     ({"rope_scaling": [1]}, "config.json's rope_scaling=[1] must be a JSON object"),
     ({"attention_bias": 1}, "config.json's attention_bias=1 must be true or false"),
     ({"hidden_act": 5}, "config.json's hidden_act=5 must be a string"),

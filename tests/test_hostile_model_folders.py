@@ -43,12 +43,16 @@ WRONG = {
     "fraction": [[0.5], {"f": 1}, "0.5", True, NAN, INF, -0.5, 0, 0.0, 1.5, 10**30],
     "flag": [[True], {"b": True}, "false", "true", 0, 1, 0.0, NAN],
     "text": [["silu"], {"act": "silu"}, 5, True, NAN, "mish"],
-    "rope kind": [["linear"], {"type": "linear"}, 5, True, NAN, "linear", "llama3", "yarn"],
+    # a scaling gptviz does not compute, or one of the four without its factor (tests/test_rope_scaling_oracle.py)
+    "rope kind": [["linear"], {"type": "linear"}, 5, True, NAN, "", "longrope", "linear", "llama3", "yarn"],
     "object": ["linear", ["linear"], 5, True, NAN],
+    "count": [[8], {"n": 8}, "8", True, 8.5, NAN, INF, -1],  # 0 is a count too (max_window_layers: every layer)
+    "layer types": ["sliding_attention", {"a": 1}, 5, True, NAN, [], ["sliding_attention", "full_attention"],
+                    ["chunked_attention"], [5], [None]],  # wanted: one of the two types per layer (the bases have 1)
 }
 LLAMA_FIELDS = {"vocab_size": "size", "hidden_size": "size", "intermediate_size": "size", "num_hidden_layers": "size",
                 "num_attention_heads": "size", "num_key_value_heads": "size", "head_dim": "size",
-                "max_position_embeddings": "context", "sliding_window": "context", "rms_norm_eps": "eps",
+                "max_position_embeddings": "context", "rms_norm_eps": "eps",
                 "initializer_range": "eps", "rope_theta": "theta", "rotary_emb_base": "theta",
                 "partial_rotary_factor": "fraction", "rotary_pct": "fraction", "rope_parameters.rope_theta": "theta",
                 "rope_parameters.partial_rotary_factor": "fraction", "rope_parameters.rope_type": "rope kind",
@@ -57,13 +61,17 @@ LLAMA_FIELDS = {"vocab_size": "size", "hidden_size": "size", "intermediate_size"
                 "hidden_act": "text", "model_type": "text"}
 FIELDS = {
     "gpt2": {"vocab_size": "size", "n_embd": "size", "n_layer": "size", "n_head": "size", "n_inner": "size",
-             "n_positions": "context", "n_ctx": "context", "sliding_window": "context", "layer_norm_epsilon": "eps",
+             "n_positions": "context", "n_ctx": "context", "layer_norm_epsilon": "eps",
              "initializer_range": "eps", "scale_attn_by_inverse_layer_idx": "flag", "reorder_and_upcast_attn": "flag",
              "add_cross_attention": "flag", "scale_attn_weights": "flag", "tie_word_embeddings": "flag",
              "activation_function": "text", "model_type": "text"},
     "llama": LLAMA_FIELDS,
-    "mistral": {**LLAMA_FIELDS, "use_sliding_window": "flag"},
-    "qwen2": {k: v for k, v in LLAMA_FIELDS.items() if k != "attention_bias"},  # Qwen2's q/k/v always have biases
+    # a sliding window: Mistral's (every layer); Qwen2's (use_sliding_window, and the layers it is on). The families
+    # without one in transformers ignore a sliding_window key, as transformers does
+    "mistral": {**LLAMA_FIELDS, "sliding_window": "context"},
+    "qwen2": {k: v for k, v in LLAMA_FIELDS.items() if k != "attention_bias"}  # Qwen2's q/k/v always have biases
+    | {"use_sliding_window": "flag", "sliding_window": "context", "max_window_layers": "count",
+       "layer_types": "layer types"},
     "gemma": {**LLAMA_FIELDS, "hidden_activation": "text", "use_bidirectional_attention": "flag"},
     "gpt_neox": {k: v for k, v in LLAMA_FIELDS.items() if k not in ("num_key_value_heads", "head_dim", "mlp_bias",
                                                                     "rms_norm_eps")}
@@ -123,8 +131,8 @@ def test_every_wrong_type_or_range_of_every_field_is_a_value_error_naming_it(mon
     of them; the wrong values that are not a ValueError naming the field are listed together."""
     kind = FIELDS[family][field]
     base = BASES[family]
-    if field == "use_sliding_window":
-        assert base.get("sliding_window")  # read only where there is a window
+    if family == "qwen2" and field in ("sliding_window", "max_window_layers", "layer_types"):
+        base = {**base, "use_sliding_window": True}  # read only where the window is on
     wrong = []
     for value in WRONG[kind]:
         try:
@@ -178,10 +186,13 @@ def test_fields_that_disagree_are_refused_with_their_config_json_names(monkeypat
 @pytest.mark.parametrize("family, change, want", [
     ("gpt2", {}, {"activation": "gelu_tanh"}),  # activation_function="gelu_new"
     ("llama", {}, {"activation": "silu", "block_size": 8}),  # hidden_act="silu"
-    ("qwen2", {"sliding_window": 4}, {"activation": "silu", "block_size": 8}),  # use_sliding_window=False
-    ("qwen2", {"sliding_window": 4, "use_sliding_window": True}, {"block_size": 4}),
-    ("mistral", {"sliding_window": "absent", "max_position_embeddings": 10**5}, {"block_size": 4096}),  # 4096
-    ("mistral", {"sliding_window": None, "max_position_embeddings": 10**5}, {"block_size": MAX_CONTEXT}),  # none
+    ("qwen2", {"sliding_window": 4}, {"activation": "silu", "block_size": 8, "sliding_window": None}),  # off
+    ("qwen2", {"sliding_window": 4, "use_sliding_window": True}, {"block_size": 8, "sliding_window": None}),  # 1 < 28
+    ("qwen2", {"use_sliding_window": True, "max_window_layers": 0}, {"sliding_window": 4096, "sliding_layers": None}),
+    ("mistral", {"sliding_window": "absent", "max_position_embeddings": 10**5},
+     {"block_size": MAX_CONTEXT, "sliding_window": 4096}),  # a mask, not the context
+    ("mistral", {"sliding_window": None, "max_position_embeddings": 10**5},
+     {"block_size": MAX_CONTEXT, "sliding_window": None}),  # none
     ("gpt_neox", {}, {"rotary_pct": 0.25, "activation": "gelu"}),  # partial_rotary_factor=0.25, hidden_act="gelu"
 ])
 def test_a_key_config_json_leaves_out_takes_the_default_transformers_gives_it(monkeypatch, family, change, want):

@@ -168,6 +168,42 @@ def test_slim_trace_is_the_full_trace_bit_for_bit(cfg, kw):
     assert saved >= 0.95 * sum(per_layer) * idx.shape[0] * cfg.n_head * length * length * 4
 
 
+TINY_WINDOW = TINY_GQA.replace(sliding_window=5, sliding_layers=(1,))  # layer 0 causal, layer 1 a band of 5
+
+
+@pytest.mark.parametrize("cfg", [TINY_WINDOW, TINY.replace(sliding_window=1)], ids=["window-on-layer-1", "window-1"])
+@pytest.mark.parametrize("kw", [{}, {"pad": "left"}, {"grads": True, "pad": "right"}, {"grads": True}],
+                         ids=["plain", "left-padded", "grads-right-padded", "grads"])
+def test_a_slim_trace_with_a_sliding_window_is_the_full_trace_bit_for_bit(cfg, kw):
+    """Each layer's masked scores and their gradients, worked out when read with that layer's own mask (the band on
+    a windowed layer, the causal triangle on the other), equal the full trace's; right padding longer than the
+    window leaves query rows with no key in the windowed layer only."""
+    model = GPT(cfg)
+    idx = ids(cfg, B=2, n=T_EXACT)
+    args = {}
+    if kw.get("pad"):
+        mask = torch.ones_like(idx)
+        if kw["pad"] == "left":
+            mask[1, : T_EXACT // 3] = 0
+        else:
+            mask[1, T_EXACT // 2:] = 0
+        args.update(attention_mask=mask, targets=next_tokens(idx))
+    if kw.get("grads"):
+        args.update(targets=next_tokens(idx), grads=True)
+    full, slim = trace(model, idx, **args), trace(model, idx, slim=True, **args)
+    assert slim.slim and list(slim) == list(full)
+    for n in full:
+        a, b = as_t(full[n]), as_t(slim[n])
+        assert a.dtype == b.dtype and torch.equal(a, b), n
+        if kw.get("grads"):
+            ga, gb = full.grad(n), slim.grad(n)
+            assert (ga is None) == (gb is None), n
+            assert ga is None or torch.equal(as_t(ga), as_t(gb)), f"∂loss/∂{n}"
+    for layer in range(cfg.n_layer):  # the layers' masks differ where the window does
+        scores = as_t(slim[f"blocks.{layer}.attn.hook_attn_scores"])
+        assert torch.isneginf(scores[0, 0, T_EXACT - 1, 0]) == (cfg.layer_window(layer) is not None), layer
+
+
 def test_slim_scores_against_plain_pytorch():
     """Layer 0's raw scores and pattern of a slim trace against an independent computation from the weights."""
     model = GPT(TINY)

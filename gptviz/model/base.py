@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .hook_points import HookPoint
-from .layers import Linear, rope_angles, sinusoidal_table
+from .layers import Linear, sinusoidal_table
+from .rope_scaling import own_tables, rope_cos_sin
 
 _BUILD = threading.local()
 
@@ -71,9 +72,9 @@ class TransformerBase(nn.Module):
         if config.pos_encoding == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(n_pos, config.n_embd), persistent=False)
         if config.pos_encoding == "rope":
-            ang = rope_angles(n_pos, config.d_rot, config.rope_base)  # (n_pos, d_rot/2): the dimensions turned
-            self.register_buffer("rope_cos", ang.cos(), persistent=False)
-            self.register_buffer("rope_sin", ang.sin(), persistent=False)
+            cos, sin = rope_cos_sin(config, n_pos)  # (n_pos, d_rot/2) each: the dimensions turned, scaled if so
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters(config.seed)
         self.eval()
 
@@ -139,16 +140,32 @@ class TransformerBase(nn.Module):
                 raise ValueError(f"{name} must have the shape of idx {(B, T)}, not {tuple(t.shape)}")
 
     # ------------------------------------------------------------------ forward helpers
-    def allowed_keys(self, T: int, attention_mask: Optional[torch.Tensor]):
+    def allowed_keys(self, T: int, attention_mask: Optional[torch.Tensor], window: Optional[int] = None):
         """``(allowed, dead)``. allowed: (1 or B, 1, T, T) bool, query i may look at key j (causal, and
-        not at padded keys). dead: the query rows that may look at no key at all, or None if there are none."""
+        not at padded keys; with a sliding ``window``, only keys j > i - window, as transformers'
+        ``sliding_window_overlay``). dead: the query rows that may look at no key at all, or None if there are none."""
         # built for this T only, never block_size²
         allowed = torch.ones(T, T, dtype=torch.bool, device=self.lm_head.weight.device).tril()[None, None]
+        if window is not None and window < T:  # j > i - window, i.e. j - i >= 1 - window
+            allowed = allowed.triu(1 - window)
         if attention_mask is None:
             return allowed, None  # the diagonal is always allowed
         allowed = allowed & attention_mask.bool()[:, None, None, :]
         dead = ~allowed.any(dim=-1, keepdim=True)
         return allowed, (dead if bool(dead.any()) else None)
+
+    def layer_masks(self, T: int, attention_mask: Optional[torch.Tensor]) -> list:
+        """Each decoder layer's ``allowed_keys`` for its self-attention: the sliding window on the layers that use
+        one (``config.layer_window``), plain causal attention on the others. Each distinct mask is built once and
+        the layers that share it hold the same tensors."""
+        built: dict[Optional[int], tuple] = {}
+        masks = []
+        for layer in range(self.config.n_layer):
+            w = self.config.layer_window(layer)
+            if w not in built:
+                built[w] = self.allowed_keys(T, attention_mask, w)
+            masks.append(built[w])
+        return masks
 
     def position_vectors(self, B: int, T: int, wpe: Optional[nn.Embedding], device) -> Optional[torch.Tensor]:
         """The position vectors added to the token embeddings, (B, T, C): from the learned table ``wpe`` or the
@@ -162,7 +179,12 @@ class TransformerBase(nn.Module):
         return None
 
     def rope_tables(self, T: int):
-        """``(cos, sin)``, each (T, d_rot/2), for rotary positions; None for any other kind."""
+        """``(cos, sin)``, each (T, d_rot/2), for rotary positions; None for any other kind. Dynamic NTK scaling
+        works a text longer than its original context out from that text's length, as transformers does for each
+        forward pass (``rope_scaling.inverse_frequencies``): those tables are built for this T."""
+        if own_tables(self.config, T):
+            cos, sin = rope_cos_sin(self.config, T, seq_len=T)
+            return cos.to(self.rope_cos.device), sin.to(self.rope_sin.device)
         return (self.rope_cos[:T], self.rope_sin[:T]) if self.config.pos_encoding == "rope" else None
 
     @staticmethod

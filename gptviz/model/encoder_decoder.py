@@ -271,10 +271,10 @@ class Seq2Seq(TransformerBase):
         pos = self.position_vectors(B, T, self.transformer["wpe"] if "wpe" in self.transformer else None, tok.device)
         x = tok if pos is None else tok + self.hook_pos_embed(pos, rec)  # (B, T, C)
         x = train_dropout(x, self.config.dropout, train)
-        mask = self.allowed_keys(T, attention_mask)
+        masks = self.layer_masks(T, attention_mask)  # the decoder's self-attention, per layer (sliding windows)
         cross_mask = self.source_keys(enc.shape[1], enc_mask)
         rope_cs = self.rope_tables(T)
-        for block in self.transformer.h:
+        for block, mask in zip(self.transformer.h, masks):
             x = block(x, enc, mask, cross_mask, rope_cs, rec, train)
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x, rec)

@@ -133,9 +133,9 @@ class GPT(TransformerBase):
         pos = self.position_vectors(B, T, self.transformer["wpe"] if "wpe" in self.transformer else None, idx.device)
         x = tok if pos is None else tok + self.hook_pos_embed(pos, rec)  # (B, T, C)
         x = train_dropout(x, cfg.dropout, train)
-        mask = self.allowed_keys(T, attention_mask)
+        masks = self.layer_masks(T, attention_mask)  # per layer: a sliding window may be on some layers only
         rope_cs = self.rope_tables(T)
-        for block in self.transformer.h:
+        for block, mask in zip(self.transformer.h, masks):
             x = block(x, mask, rope_cs, rec, train)
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x, rec)

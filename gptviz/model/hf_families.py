@@ -10,15 +10,17 @@ partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1: L
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Optional, overload
+from typing import Callable, Optional
 
 import torch
 
-from ..config import MAX_PARAMS, ModelConfig
+from ..config import ModelConfig
+from .hf_config_fields import _bad, _flag, _float, _int, _show, _text
 from .hf_gpt2 import gpt2_state_dict_to_gptviz
+from .hf_rope import NAMES as _ROPE_NAMES
+from .hf_rope import reach, read_rope
 
 MAX_CONTEXT = 8192  # positions a loaded model is built for (its tables); a longer text is refused, not truncated
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
@@ -37,112 +39,9 @@ class Family:
 
 
 # --------------------------------------------------------------------------- reading config.json
-# Every value a family reads is checked here, for its type and its range, before a ModelConfig is made: a wrong
-# value is a ValueError that names the config.json key (never a TypeError, a ZeroDivisionError … from deeper down).
-# A null value is read as an absent one. A size above the parameter limit can't fit whatever the other sizes are.
-_REQUIRED = object()
-
-
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "…"
-
-
-def _bad(key: str, value, rule: str) -> ValueError:
-    return ValueError(f"config.json's {key}={_show(value)} {rule}")
-
-
-def _pick(d: dict, keys: tuple[str, ...]) -> tuple[str, object]:
-    """(the key, its value) of the first of ``keys`` with a value (not null); (the first key, None) if none has."""
-    for k in keys:
-        if d.get(k) is not None:
-            return k, d[k]
-    return keys[0], None
-
-
-@overload
-def _int(d: dict, *keys: str, low: int = ..., high: Optional[int] = ..., within: str = "") -> int: ...
-@overload
-def _int(d: dict, *keys: str, default: int, low: int = ..., high: Optional[int] = ..., within: str = "") -> int: ...
-@overload
-def _int(d: dict, *keys: str, default: Optional[int], low: int = ..., high: Optional[int] = ...,
-         within: str = "") -> Optional[int]: ...
-def _int(d: dict, *keys: str, default=_REQUIRED, low: int = 1, high: Optional[int] = MAX_PARAMS,
-         within: str = "") -> Optional[int]:
-    """A whole number (not true/false, not 2.0) from the first of ``keys`` that has one, in ``[low, high]``;
-    ``default`` when none has (a KeyError, which the loader reports as missing, if there is no default)."""
-    key, value = _pick(d, keys)
-    if value is None:
-        if default is _REQUIRED:
-            raise KeyError(within + key)
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(within + key, value, "must be a whole number")
-    if value < low:
-        raise _bad(within + key, value, f"must be at least {low}")
-    if high is not None and value > high:
-        raise _bad(within + key, value, f"must be at most {high:,}")
-    return value
-
-
-def _float(d: dict, *keys: str, default, above: float, at_most: float = math.inf, within: str = "") -> float:
-    """A finite number (a whole one too, not true/false) above ``above`` and at most ``at_most``."""
-    key, value = _pick(d, keys)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(within + key, value, "must be a finite number")
-    if not above < value <= at_most:
-        rule = f"must be above {above:g}" + (f" and at most {at_most:g}" if math.isfinite(at_most) else "")
-        raise _bad(within + key, value, rule)
-    return float(value)
-
-
-def _flag(d: dict, key: str, default: bool) -> bool:
-    value = d.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _bad(key, value, "must be true or false")
-    return value
-
-
-def _text(d: dict, key: str, default: Optional[str] = None, within: str = "") -> Optional[str]:
-    value = d.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _bad(within + key, value, "must be a string")
-    return value
-
-
-def _object(d: dict, key: str) -> dict:
-    value = d.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _bad(key, value, "must be a JSON object")
-    return value
-
-
-def _rope(d: dict, pct_default: float = 1.0) -> tuple[float, float]:
-    """(rope_theta, partial rotary factor), from ``rope_parameters`` (transformers 5) or the older keys; a rope
-    scaling gptviz does not compute is refused."""
-    params, scaling = _object(d, "rope_parameters"), _object(d, "rope_scaling")
-    kinds = (("rope_parameters.rope_type", _text(params, "rope_type", within="rope_parameters.")),
-             ("rope_scaling.rope_type", _text(scaling, "rope_type", within="rope_scaling.")),
-             ("rope_scaling.type", _text(scaling, "type", within="rope_scaling.")))
-    key, kind = next(((k, v) for k, v in kinds if v), (None, None))
-    if kind not in (None, "default"):
-        raise ValueError(f"config.json's {key}={_show(kind)}: this model scales its rotary positions, and gptviz "
-                         "computes plain rotary positions only")
-    theta = _float(params, "rope_theta", default=None, above=1.0, within="rope_parameters.")
-    if theta is None:
-        theta = _float(d, "rope_theta", "rotary_emb_base", default=10000.0, above=1.0)
-    pct = _float(params, "partial_rotary_factor", default=None, above=0.0, at_most=1.0, within="rope_parameters.")
-    if pct is None:
-        pct = _float(d, "partial_rotary_factor", "rotary_pct", default=pct_default, above=0.0, at_most=1.0)
-    return theta, pct
+# Every value a family reads is checked, for its type and its range, before a ModelConfig is made: a wrong value is a
+# ValueError that names the config.json key. The readers (_int, _float, _flag, _text, _object) are in
+# gptviz.model.hf_config_fields.
 
 
 def _activation(d: dict, key: str = "hidden_act", default: str = "gelu") -> str:
@@ -153,15 +52,47 @@ def _activation(d: dict, key: str = "hidden_act", default: str = "gelu") -> str:
     return _ACTIVATIONS[act]
 
 
-def _context(d: dict, *keys: str, window: Optional[int] = None, use_window: bool = True) -> int:
-    """The positions the model is built for: its context (``keys``), at most its sliding window (``window`` and
-    ``use_window`` are the family's defaults where config.json says nothing; ``"sliding_window": null`` says there
-    is none) and at most MAX_CONTEXT."""
-    n = _int(d, *keys, default=2048, high=None)
-    window = _int(d, "sliding_window", default=None if "sliding_window" in d else window, high=None)
-    if window is not None and _flag(d, "use_sliding_window", use_window):  # within the window, sliding-window
-        n = min(n, window)  # attention is causal attention
-    return min(n, MAX_CONTEXT)
+def _context(d: dict, *keys: str) -> int:
+    """The positions the model is built for: its context (``keys``), at most MAX_CONTEXT. A sliding window is not a
+    context: it is a mask (``_mistral_window``, ``_qwen2_window``), and a family without one in transformers
+    (GPT-2, Llama, Gemma, GPT-NeoX) ignores a ``sliding_window`` its config.json carries, as transformers does."""
+    return min(_int(d, *keys, default=2048, high=None), MAX_CONTEXT)
+
+
+def _mistral_window(d: dict, n_layer: int) -> dict:
+    """Mistral's sliding window, on every layer, as transformers 5 runs it: ``MistralConfig.sliding_window`` (4096
+    where config.json names none, none where it says null), one sliding-window mask for every layer
+    (``MistralModel.forward``); Mistral reads neither ``use_sliding_window`` nor ``layer_types``."""
+    return {"sliding_window": _int(d, "sliding_window", default=None if "sliding_window" in d else 4096, high=None)}
+
+
+_LAYER_TYPES = {"full_attention": False, "attention": False, "sliding_attention": True}  # "attention": a legacy name
+
+
+def _qwen2_window(d: dict, n_layer: int) -> dict:
+    """Qwen2's sliding window, as transformers 5's ``Qwen2Config`` and ``Qwen2Model`` have it: a window only with
+    ``use_sliding_window`` true (``sliding_window``: 4096 where config.json names none, none where it says null), on
+    the layers ``layer_types`` calls "sliding_attention", by default the layers i >= ``max_window_layers`` (28 by
+    default)."""
+    window = None
+    if _flag(d, "use_sliding_window", False):  # Qwen2Config: sliding_window = sliding_window if use_sliding_window
+        window = _int(d, "sliding_window", default=None if "sliding_window" in d else 4096, high=None)
+    types = d.get("layer_types")
+    if types is None:
+        first = _int(d, "max_window_layers", default=28, low=0, high=None) if window is not None else n_layer
+        layers = tuple(range(first, n_layer))
+    else:
+        if not isinstance(types, list) or len(types) != n_layer or not all(isinstance(t, str) and t in _LAYER_TYPES
+                                                                           for t in types):
+            raise _bad("layer_types", types, f"must be a list of {n_layer} (num_hidden_layers) layer types, each "
+                                             "'full_attention' or 'sliding_attention'")
+        layers = tuple(i for i, t in enumerate(types) if _LAYER_TYPES[t])
+        if layers and window is None:
+            raise ValueError("config.json's layer_types has sliding_attention layers but no sliding window (it needs "
+                             "use_sliding_window=true and a sliding_window): transformers would refuse it too")
+    if window is None or not layers:
+        return {}
+    return {"sliding_window": window, "sliding_layers": None if len(layers) == n_layer else layers}
 
 
 def _build(names: dict[str, str], **fields) -> ModelConfig:
@@ -186,7 +117,8 @@ _LLAMA_NAMES = {"block_size": "max_position_embeddings", "n_layer": "num_hidden_
                 "n_head": "num_attention_heads", "n_kv_head": "num_key_value_heads", "n_embd": "hidden_size",
                 "d_mlp": "intermediate_size", "d_head": "head_dim (or hidden_size / num_attention_heads)",
                 "rope_base": "rope_theta", "rotary_pct": "partial_rotary_factor", "ln_eps": "rms_norm_eps",
-                "init_std": "initializer_range"}
+                "init_std": "initializer_range", "sliding_layers": "layer_types (or max_window_layers)",
+                **_ROPE_NAMES}
 _NEOX_NAMES = {**_LLAMA_NAMES, "d_head": "hidden_size / num_attention_heads", "ln_eps": "layer_norm_eps",
                "rotary_pct": "rotary_pct (or partial_rotary_factor)"}
 _GEMMA_NAMES = {**_LLAMA_NAMES, "d_head": "head_dim"}
@@ -209,12 +141,12 @@ def _gpt2_config(d: dict) -> ModelConfig:
 
 
 def _llama_config(d: dict, qwen: bool = False, names: dict[str, str] = _LLAMA_NAMES,
-                  window: Optional[int] = None) -> ModelConfig:
-    """Llama, and Mistral (``window``: its default sliding window) and Qwen2 (``qwen``: biases on q, k and v, none on
-    the output projection, and a sliding window only where ``use_sliding_window`` says so)."""
+                  window: Optional[Callable[[dict, int], dict]] = None) -> ModelConfig:
+    """Llama, and Mistral and Qwen2 (``window``: the family's reader of its sliding window, a mask on some or all
+    layers; ``qwen``: biases on q, k and v, none on the output projection)."""
     if _flag(d, "mlp_bias", False):
         raise ValueError("mlp_bias=true is not supported: gptviz's Llama-family MLP has no biases")
-    theta, pct = _rope(d)
+    rope = read_rope(d)
     C, nh = _int(d, "hidden_size"), _int(d, "num_attention_heads")
     nkv = _int(d, "num_key_value_heads", default=nh)
     if nh % nkv:
@@ -225,12 +157,13 @@ def _llama_config(d: dict, qwen: bool = False, names: dict[str, str] = _LLAMA_NA
         raise ValueError(f"config.json's num_attention_heads={nh} is more than its hidden_size={C}, and it has no "
                          "head_dim: each head would be hidden_size / num_attention_heads = 0 wide")
     attn_bias = True if qwen else _flag(d, "attention_bias", False)
+    n_layer = _int(d, "num_hidden_layers")
     return _build(
-        names, vocab_size=_int(d, "vocab_size"),
-        block_size=_context(d, "max_position_embeddings", window=window, use_window=not qwen),
-        n_layer=_int(d, "num_hidden_layers"), n_head=nh, n_kv_head=nkv, n_embd=C,
+        names, vocab_size=_int(d, "vocab_size"), block_size=reach(_context(d, "max_position_embeddings"), rope,
+                                                                  MAX_CONTEXT),
+        **(window(d, n_layer) if window else {}), n_layer=n_layer, n_head=nh, n_kv_head=nkv, n_embd=C,
         d_head=d_head or C // nh, d_mlp=_int(d, "intermediate_size"), norm="rmsnorm", pos_encoding="rope",
-        rope_base=theta, rotary_pct=pct, activation=_activation(d, default="silu"), gated_mlp=True, bias=False,
+        **rope, activation=_activation(d, default="silu"), gated_mlp=True, bias=False,
         qkv_bias=attn_bias, attn_proj_bias=False if qwen else attn_bias,
         tie_weights=_flag(d, "tie_word_embeddings", False), ln_eps=_float(d, "rms_norm_eps", default=1e-6, above=0.0),
         init_std=_float(d, "initializer_range", default=0.02, above=0.0))
@@ -267,12 +200,13 @@ def _gemma_config(d: dict) -> ModelConfig:
 
 
 def _neox_config(d: dict) -> ModelConfig:
-    theta, pct = _rope(d, pct_default=0.25)  # GPT-NeoX's default, as transformers has it (Pythia's rotary_pct)
+    rope = read_rope(d, pct_default=0.25)  # GPT-NeoX's default, as transformers has it (Pythia's rotary_pct)
     attn_bias = _flag(d, "attention_bias", True)
     return _build(
-        _NEOX_NAMES, vocab_size=_int(d, "vocab_size"), block_size=_context(d, "max_position_embeddings"),
+        _NEOX_NAMES, vocab_size=_int(d, "vocab_size"),
+        block_size=reach(_context(d, "max_position_embeddings"), rope, MAX_CONTEXT),
         n_layer=_int(d, "num_hidden_layers"), n_head=_int(d, "num_attention_heads"), n_embd=_int(d, "hidden_size"),
-        d_mlp=_int(d, "intermediate_size"), norm="layernorm", pos_encoding="rope", rope_base=theta, rotary_pct=pct,
+        d_mlp=_int(d, "intermediate_size"), norm="layernorm", pos_encoding="rope", **rope,
         parallel_attn=_flag(d, "use_parallel_residual", True), activation=_activation(d), bias=True,
         qkv_bias=attn_bias, attn_proj_bias=attn_bias, tie_weights=_flag(d, "tie_word_embeddings", False),
         ln_eps=_float(d, "layer_norm_eps", default=1e-5, above=0.0),
@@ -423,8 +357,10 @@ def _neox_convert(get, c: ModelConfig) -> dict:
 FAMILIES: dict[str, Family] = {
     "gpt2": Family(_gpt2_config, _gpt2_shapes, _gpt2_convert, names=_GPT2_NAMES),
     "llama": Family(_llama_config, _llama_shapes, _llama_convert, names=_LLAMA_NAMES),
-    "mistral": Family(lambda d: _llama_config(d, window=4096), _llama_shapes, _llama_convert, names=_LLAMA_NAMES),
-    "qwen2": Family(lambda d: _llama_config(d, qwen=True), _llama_shapes, _llama_convert, names=_LLAMA_NAMES),
+    "mistral": Family(lambda d: _llama_config(d, window=_mistral_window), _llama_shapes, _llama_convert,
+                      names=_LLAMA_NAMES),
+    "qwen2": Family(lambda d: _llama_config(d, qwen=True, window=_qwen2_window), _llama_shapes, _llama_convert,
+                    names=_LLAMA_NAMES),
     "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert, names=_NEOX_NAMES),
     "gemma": Family(_gemma_config, _gemma_shapes, _gemma_convert, lambda c: (
         f"Gemma multiplies each token's embedding by √{c.n_embd} before the first block and unembeds with its table "

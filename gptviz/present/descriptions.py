@@ -123,6 +123,7 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
     grouped = nkv != nh
     k_at, v_at = ((r"d", r"d + d_{kv}") if grouped else (r"d", r"2d"))
     g = "g" if grouped else "h"  # a key/value head, or (without grouping) the head
+    window = cfg.layer_window(layer) if layer is not None and stack == "decoder" else None  # a sliding window
     table = {
         "hook_embed": (
             "Token embedding", r"E_{b,t} = W_E[x_{b,t}] = \mathrm{onehot}(x_{b,t})\,W_E",
@@ -177,9 +178,14 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
             f"Each of the {nkv} value heads copied for the query heads that share it."),
         "attn.hook_rot_q": (
             "Q rotated (RoPE)", r"\tilde{q}_{t,i} = q_{t,i}\cos t\theta_i - q_{t,i+d/2}\sin t\theta_i,\;"
-            r"\tilde{q}_{t,i+d/2} = q_{t,i+d/2}\cos t\theta_i + q_{t,i}\sin t\theta_i,\; \theta_i = b^{-2i/d}",
+            r"\tilde{q}_{t,i+d/2} = q_{t,i+d/2}\cos t\theta_i + q_{t,i}\sin t\theta_i,\; \theta_i = b^{-2i/d}"
+            + ("" if cfg.rope_type == "default" else rf"\text{{, scaled ({cfg.rope_type})}}"),
             "Each pair of query dimensions is turned by an angle that grows with the position, so scores depend "
-            "on relative distance."),
+            "on relative distance."
+            + ("" if cfg.rope_type == "default" else f" This model scales the angles ({cfg.rope_type}, factor "
+               f"{cfg.rope_factor:g}): the Embeddings page draws each pair's frequency, plain and scaled"
+               + ("." if cfg.rope_attention_factor == 1 else f"; cos and sin are also multiplied by "
+                  f"{cfg.rope_attention_factor:.4g}."))),
         "attn.hook_rot_k": (
             "K rotated (RoPE)", r"\tilde{k}_{t,i} = k_{t,i}\cos t\theta_i - k_{t,i+d/2}\sin t\theta_i,\;"
             r"\tilde{k}_{t,i+d/2} = k_{t,i+d/2}\cos t\theta_i + k_{t,i}\sin t\theta_i",
@@ -194,7 +200,15 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
         "attn.hook_attn_scores": (
             "masked scores", r"S'_{ij} = \begin{cases} S_{ij}/\sqrt{d_{head}} & j \le i \text{ and key } j "
             r"\text{ is not padding} \\ -\infty & \text{otherwise} \end{cases}",
-            "Future positions (and padding) are set to −∞, so a token can only attend to itself and what came before."),
+            "Future positions (and padding) are set to −∞, so a token can only attend to itself and what came before.")
+        if window is None else (
+            "masked scores (sliding window)", rf"S'_{{ij}} = \begin{{cases}} S_{{ij}}/\sqrt{{d_{{head}}}} & "
+            rf"i - {window} < j \le i \text{{ and key }} j \text{{ is not padding}} \\ -\infty & "
+            r"\text{otherwise} \end{cases}",
+            f"This layer attends within a sliding window of {window} positions: future positions, keys more than "
+            f"{window - 1} position{'s' if window != 2 else ''} back, and padding are set to −∞, so a token can only "
+            f"attend to itself and the {window - 1} position{'s' if window != 2 else ''} before it. The grey band is "
+            "the window's edge, not the end of the text."),
         "attn.hook_pattern": (
             "attention weights", r"A_{ij} = \frac{e^{S'_{ij}}}{\sum_k e^{S'_{ik}}}",
             "Softmax over each row turns scores into weights that are positive and sum to 1; masked cells get "

@@ -26,8 +26,12 @@ from ..training import tasks
 CKPT_PREFIX = "checkpoint: "
 FOLDER_PREFIX = "folder: "  # a preset naming a model folder in the server's models directory (?model=NAME)
 
-# Config fields the sidebar edits (vocab_size always comes from the tokenizer).
-CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
+# Config fields the sidebar edits (vocab_size always comes from the tokenizer; a sliding window comes with a loaded
+# model, a Mistral or Qwen2 folder, and is not a setting; nor is a rotary scaling, a Llama 3 folder's: every rope_*
+# field but rope_base).
+CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)
+                 if f.name not in ("vocab_size", "sliding_window", "sliding_layers")
+                 and (f.name == "rope_base" or not f.name.startswith("rope_"))]
 INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed", "n_enc_layer", "enc_len",
               "n_kv_head"}
 FLOAT_FIELDS = {"dropout", "init_std", "ln_eps", "rope_base", "rotary_pct"}
@@ -36,8 +40,7 @@ BOOL_FIELDS = {"bias", "qkv_bias", "tie_weights", "attn_only", "attn_proj_bias",
 
 
 def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
-    d = cfg.to_dict()
-    d.pop("vocab_size")
+    d = {k: v for k, v in cfg.to_dict().items() if k in CONFIG_FIELDS}
     # 0 means "work it out": so a preset's derived sizes follow n_embd / n_head when those change
     if cfg.d_head * cfg.n_head == cfg.n_embd:
         d["d_head"] = 0
@@ -48,8 +51,6 @@ def _config_settings(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.n_kv_head == cfg.n_head:
         d["n_kv_head"] = 0
     return d
-
-
 
 
 @dataclass

@@ -3,7 +3,8 @@
 A trace of a long text is mostly attention: each layer's ``hook_scores_raw``, ``hook_scores_scaled``,
 ``hook_attn_scores`` and ``hook_pattern`` are (batch, head, T, T) each, three quarters of GPT-2 small's trace at
 T = 512. A slim trace (``trace(..., slim=True)``) keeps the pattern and every other step, and for the first three
-keeps only an ``OnDemand`` note, plus which cells were masked (one bool per query and key). Reading one computes it
+keeps only an ``OnDemand`` note, plus which cells its layer masked (one bool per query and key: the causal mask, or
+the sliding window's band on a layer that has one). Reading one computes it
 from the steps that made it, with the very operations of ``HeadsAttention.attend`` on the very tensors the forward
 pass used, so the values are exactly (bit for bit) the full trace's:
 
@@ -73,7 +74,8 @@ def edited_layers(edits) -> set[int]:
 class OnDemand:
     """The note a slim trace keeps in place of a score step: which step, which layer, the head size, and for
     ``attn_scores`` (and the gradients) the masked cells, (1 or batch, 1, T, T) bool: ``~allowed`` of the model's
-    own ``allowed_keys``, the very mask ``attend`` filled with −∞ (one tensor, shared by every layer)."""
+    own ``layer_masks``, the very mask ``attend`` filled with −∞ in this layer (a sliding window's band on a layer
+    that has one; one tensor shared by the layers with the same mask)."""
 
     def __init__(self, step: str, layer: int, d_head: int, masked: Any = None, how: Optional[dict] = None):
         self.step, self.layer, self.d_head, self.masked = step, layer, d_head, masked

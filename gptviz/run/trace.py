@@ -40,7 +40,9 @@ class _Recorder:
         self.slim_d_head = slim_d_head
         self.keep_layers = on_demand.edited_layers(edits)
         self.notes: dict[str, OnDemand] = {}  # with grads: attn_scores kept until its gradient is taken
-        self.masked = masked  # (1|B, 1, T, T) bool: the cells attention may not use, as the model masks them
+        # per layer, (1|B, 1, T, T) bool: the cells its attention may not use, as the model masks them (layers with
+        # the same mask share one tensor)
+        self.masked = masked
         self.config = config
         # lean_grads (no query row without a key): a layer's pattern and attn_scores gradients are worked out from
         # ∂loss/∂z too, unless an edit sits between them (on_demand.grad_kept_layers)
@@ -68,7 +70,7 @@ class _Recorder:
             if step != "attn_scores":
                 self.acts[name] = OnDemand(step, layer, self.slim_d_head)
                 return x
-            note = OnDemand(step, layer, self.slim_d_head, self.masked)
+            note = OnDemand(step, layer, self.slim_d_head, self.masked[layer])
             if not self.grads or (self.lean_grads and layer not in self.grad_keep_layers):
                 self.acts[name] = note
                 return x
@@ -314,10 +316,12 @@ def trace(
     if weight_grads not in ("tensors", "norms"):
         raise ValueError(f"weight_grads={weight_grads!r} must be 'tensors' or 'norms'")
     slim_d_head = model.config.d_head if slim and model.config.n_enc_layer < 0 else 0
-    masked = lean = None
-    if slim_d_head:
-        allowed, dead = model.allowed_keys(idx.shape[1], attention_mask)
-        masked, lean = ~allowed, grads and dead is None  # the model's own mask
+    masked: list[torch.Tensor] = []  # slim: each layer's masked cells
+    lean = None
+    if slim_d_head:  # the model's own masks, each layer's (a sliding window may be on some layers only)
+        masks = model.layer_masks(idx.shape[1], attention_mask)
+        inverted = {id(a): ~a for a, _ in masks}  # one tensor for the layers that share a mask
+        masked, lean = [inverted[id(a)] for a, _ in masks], grads and all(dead is None for _, dead in masks)
     if layers is not None:
         layers = frozenset(int(l) for l in layers)
         if model.config.n_enc_layer >= 0 or not layers <= set(range(model.config.n_layer)):
@@ -366,7 +370,7 @@ def trace(
         for layer in lean_layers:  # every score step's gradient worked out, from ∂loss/∂z down
             if on_demand.step_name(layer, "z") in grad_map:
                 for step in ("scores_raw", "scores_scaled", "attn_scores", "pattern"):
-                    grad_map[on_demand.step_name(layer, step)] = OnDemand(step, layer, cfg.d_head, masked)
+                    grad_map[on_demand.step_name(layer, step)] = OnDemand(step, layer, cfg.d_head, masked[layer])
         n_act, n_par = len(names), len(params)
         param_grads = {n: (g if g is not None else torch.zeros_like(p))
                        for (n, p), g in zip(params, got[n_act:n_act + n_par])}

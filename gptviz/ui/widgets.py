@@ -20,8 +20,15 @@ from ..run import edits as edit_specs
 from .cell_picker import pick_cell, zoomed
 
 
-def masked(ctx: Ctx) -> Optional[np.ndarray]:
-    return _masked_cells(ctx.trace(), ctx.b)
+def masked(ctx: Ctx, name: Optional[str] = None) -> Optional[np.ndarray]:
+    """The cells self-attention may not use in the selected batch row: for ``name``, a step of one layer's
+    self-attention, that layer's own (a sliding window may be on some layers only); else the first layer's."""
+    tr = ctx.trace()
+    if name is not None and name.startswith("blocks.") and ".attn." in name:
+        own = _masked_cells(tr, ctx.b, name)
+        if own is not None:
+            return own
+    return _masked_cells(tr, ctx.b)
 
 
 def explain(info: StepInfo, formula: bool = True, code: bool = True) -> None:
@@ -79,7 +86,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     from dataclasses import replace as dc_replace
 
     m = step_matrix(value, dc_replace(info, kind=kind) if kind != info.kind else info, labels, ctx.b, head,
-                    page, masked=masked(ctx), n_pos=ctx.n_pos)
+                    page, masked=masked(ctx, name), n_pos=ctx.n_pos)
     t = title or (("∂loss/∂ " if grad else "") + info.title)
     if head is not None and "head" in info.axes and f"head {head}" not in t:
         t += f" · head {head}"
@@ -206,7 +213,7 @@ def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downl
     tiles = [[v[r * per_row + c] if r * per_row + c < H else np.full_like(v[0], np.nan) for c in range(per_row)]
              for r in range(rows)]
     kind = "signed" if grad or info.kind == "masked" else info.kind
-    mk = masked(ctx)
+    mk = masked(ctx, name)
     mk = None if mk is None else mk[: ctx.n_pos, : ctx.n_pos]
     if not grad and info.kind == "masked":
         mk = np.isneginf(v[0]) if mk is None else mk

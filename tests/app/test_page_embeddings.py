@@ -56,3 +56,34 @@ def test_editing_an_embedding_recomputes_downstream():
     logits = ok(logits.run())
     assert metric(logits, "mean of −log p") == pytest.approx(loss_edited, abs=1e-5)
     assert abs(metric(logits, "mean of −log p") - loss_plain) > 1e-3
+
+
+def test_a_scaled_llama_folder_draws_its_frequencies_plain_and_scaled(tmp_path, monkeypatch):
+    """A Llama 3.1-style folder (rope_type llama3) opened by a link: the rotary view draws each pair's frequency,
+    plain and scaled, equal to the engine's (``gptviz.model.rope_scaling``, checked against transformers in
+    tests/test_rope_scaling_oracle.py), the angles heatmap is the scaled one, and the words say what the scaling does.
+    A model with plain rotary positions has no such chart."""
+    pytest.importorskip("transformers")
+    from hf_models import build
+
+    from gptviz.model.pretrained import model_config
+    from gptviz.model.rope_scaling import inverse_frequencies, plain_frequencies
+
+    folder = tmp_path / "llama3-scaled"
+    folder.mkdir()
+    build("llama", folder, rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+                                            "rope_theta": 500.0})
+    monkeypatch.setenv("GPTVIZ_MODELS_DIR", str(tmp_path))
+    at = ok(page("embeddings", opening=True, model="llama3-scaled", text="the cat sat on the mat"))
+    cfg = model_config(folder)[0]
+    fig = chart(at, "Rotary frequencies")
+    assert [t["name"] for t in fig["data"]] == ["plain", "llama3, factor 8"]
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    assert np.allclose(array(fig["data"][0]["y"]), plain_frequencies(cfg.d_rot, cfg.rope_base).numpy())
+    assert np.allclose(array(fig["data"][1]["y"]), inverse_frequencies(cfg).numpy())
+    angles = array(chart(at, "Rotary angles")["data"][0]["z"])
+    assert np.allclose(angles[3], 3 * inverse_frequencies(cfg).numpy(), atol=1e-6)
+    assert any("turn 8 times slower" in m.value for m in at.markdown)
+    plain = ok(set_sidebar(page("embeddings"), "pos_encoding", "rope"))
+    assert not any(t.startswith("Rotary frequencies") for t in titles(plain))

@@ -34,7 +34,7 @@ from .base import (
                    unique_labels,
                    wrap,
 )
-from .charts import bar_chart, line_chart
+from .charts import bar_chart, frequency_chart, line_chart
 from .comparison import (
                    branch_paths,
                    branch_probs,
@@ -69,6 +69,7 @@ __all__ = [
     "architecture_dot", "architecture_html", "architecture_parts", "axis", "bar_chart", "base_layout", "cell_points",
     "color_args", "contribution_figure",
     "escape_label", "escape_labels", "escape_markup", "figure", "finish_spec", "finished", "FinishedFigure",
+    "frequency_chart",
     "fixed_margins", "head_grid", "heatmap", "in_words", "readable_x_labels", "recolour", "line_chart", "PALETTES",
     "PALETTE_NAMES",
     "outline_shapes", "side_by_side",

@@ -1,4 +1,5 @@
-"""Line and bar charts: a loss curve with its reference lines, the top-k next tokens, gradient norms.
+"""Line and bar charts: a loss curve with its reference lines, the top-k next tokens, gradient norms, rotary
+frequencies plain and scaled.
 
 Pure functions: values and labels in, a figure out, with the conventions of ``base``.
 """
@@ -68,3 +69,15 @@ def line_chart(series: dict[str, Sequence[float]], x: Optional[Sequence[float]] 
     layout["shapes"], layout["annotations"] = shapes, notes
     return figure(data, layout)
 
+
+def frequency_chart(plain: Sequence[float], scaled: Sequence[float], scaled_name: str, title: str = "") -> go.Figure:
+    """Rotary positions' frequency for each dimension pair (the angle it turns by per position), plain and as the
+    model scales it, on a log axis: the lines part where the scaling slows a pair down."""
+    pairs = list(range(len(plain)))
+    data = [dict(type="scatter", x=pairs, y=[float(v) for v in ys], name=name, mode="lines+markers",
+                 line=dict(dash=dash), hovertemplate=f"{name}, pair %{{x}}: %{{y:.3g}} rad/position<extra></extra>")
+            for name, ys, dash in (("plain", plain, "dot"), (scaled_name, scaled, "solid"))]
+    layout = base_layout(title, 340, xaxis=axis("dimension pair i"),
+                         yaxis=axis("frequency ω_i (radians per position, log)", type="log"),
+                         legend=dict(font=TICK_FONT))
+    return figure(data, layout)

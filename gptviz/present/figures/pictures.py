@@ -54,6 +54,10 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
              f"{attn_in}attention: {H} head{'s' if H > 1 else ''} × d_head={D}{kv}",
              f"QKV [{B}×{T}×{(H + 2 * KV) * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual"
              + ("" if pre else f" → {norm} ln_1")]
+    if cfg.sliding_window is not None:  # a mask on the scores, not a shorter context
+        where = "every layer" if cfg.sliding_layers is None else \
+            "layer" + ("s " if len(cfg.sliding_layers) != 1 else " ") + ", ".join(map(str, cfg.sliding_layers))
+        block.insert(2, f"sliding window: each query sees its last {cfg.sliding_window} positions ({where})")
     mlp = (f"{mlp_in}gated MLP: {act}({C} → {M}) × ({C} → {M}) → {C}" if cfg.gated_mlp
            else f"{mlp_in}MLP: {C} → {M} ({act}) → {C}")
     block.append("(attention only: no MLP)" if cfg.attn_only else

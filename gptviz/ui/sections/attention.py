@@ -22,6 +22,12 @@ from . import section
 KINDS = {"self": "Self-attention", "cross": "Cross-attention"}
 
 
+def _window_words(cfg) -> str:
+    """", sliding-window" for a model with a sliding window on some layers (the step's text says which), else "".
+    The same on every layer: the step picker keeps its choice by title when the layer changes."""
+    return "" if cfg.sliding_window is None else ", sliding-window"
+
+
 def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]]:
     """(title, hook name) for every step of one attention layer, in order. ``kind="cross"``: the decoder's
     cross-attention (encoder-decoder models)."""
@@ -44,7 +50,7 @@ def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]
     if cfg.n_kv_head != cfg.n_head:  # grouped-query attention: each key/value head copied for its query heads
         steps += [("3c · Repeat K to the query heads", a("k_rep")), ("3c · Repeat V to the query heads", a("v_rep"))]
     steps += [("4 · Scores: Q Kᵀ", a("scores_raw")), ("5 · Scale by 1/√d_head", a("scores_scaled")),
-              ("6 · The causal and padding mask", a("attn_scores")),
+              (f"6 · The causal{_window_words(cfg)} and padding mask", a("attn_scores")),
               ("7 · Softmax: the attention weights", a("pattern")), ("8 · Weighted values: Z = A V", a("z")),
               ("9 · The heads side by side (concatenated)", "concat"),
               ("10 · The output projection", a("attn_out")), ("11 · The residual add", a("resid_mid"))]
@@ -64,7 +70,7 @@ def _seq2seq_self_steps(cfg, layer: int) -> list[tuple[str, str]]:
         steps += [("2b · Rotate Q by position (RoPE)", a("rot_q")),
                   ("2b · Rotate K by position (RoPE)", a("rot_k"))]
     steps += [("3 · Scores: Q Kᵀ", a("scores_raw")), ("4 · Scale by 1/√d_head", a("scores_scaled")),
-              ("5 · The causal and padding mask", a("attn_scores")),
+              (f"5 · The causal{_window_words(cfg)} and padding mask", a("attn_scores")),
               ("6 · Softmax: the attention weights", a("pattern")), ("7 · Weighted values: Z = A V", a("z")),
               ("8 · The heads side by side (concatenated)", "concat"),
               ("9 · The output projection", a("attn_out")),

@@ -27,7 +27,7 @@ def _marked_heatmap(ctx, name: str, head: Optional[int], key: str, highlight: di
     """The step's heatmap with the highlighted query row outlined and its answer cell boxed."""
     tr = ctx.trace()
     info = step_info(tr, name)
-    m = matrices.step_matrix(tr[name], info, ctx.labels(), ctx.b, head, masked=masked(ctx), n_pos=ctx.n_pos)
+    m = matrices.step_matrix(tr[name], info, ctx.labels(), ctx.b, head, masked=masked(ctx, name), n_pos=ctx.n_pos)
     row, col = highlight.get("row"), highlight.get("col")
     title = info.title + (f" · head {head}" if head is not None and "head" in info.axes else "")
     fig = figures.heatmap(m, title, show_values=ctx.s.get("show_values", False), highlight_row=row)

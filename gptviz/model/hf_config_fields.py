@@ -1,0 +1,95 @@
+"""The readers of a Hugging Face ``config.json``'s values that ``gptviz.model.hf_families`` uses: each checks a value's
+type and range before a ``ModelConfig`` is made, so a wrong value is a ValueError that names the config.json key
+(never a TypeError, a ZeroDivisionError … from deeper down). A null value is read as an absent one. A size above the
+parameter limit can't fit whatever the other sizes are.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, overload
+
+from ..config import MAX_PARAMS
+
+_REQUIRED = object()
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _bad(key: str, value, rule: str) -> ValueError:
+    return ValueError(f"config.json's {key}={_show(value)} {rule}")
+
+
+def _pick(d: dict, keys: tuple[str, ...]) -> tuple[str, object]:
+    """(the key, its value) of the first of ``keys`` with a value (not null); (the first key, None) if none has."""
+    for k in keys:
+        if d.get(k) is not None:
+            return k, d[k]
+    return keys[0], None
+
+
+@overload
+def _int(d: dict, *keys: str, low: int = ..., high: Optional[int] = ..., within: str = "") -> int: ...
+@overload
+def _int(d: dict, *keys: str, default: int, low: int = ..., high: Optional[int] = ..., within: str = "") -> int: ...
+@overload
+def _int(d: dict, *keys: str, default: Optional[int], low: int = ..., high: Optional[int] = ...,
+         within: str = "") -> Optional[int]: ...
+def _int(d: dict, *keys: str, default=_REQUIRED, low: int = 1, high: Optional[int] = MAX_PARAMS,
+         within: str = "") -> Optional[int]:
+    """A whole number (not true/false, not 2.0) from the first of ``keys`` that has one, in ``[low, high]``;
+    ``default`` when none has (a KeyError, which the loader reports as missing, if there is no default)."""
+    key, value = _pick(d, keys)
+    if value is None:
+        if default is _REQUIRED:
+            raise KeyError(within + key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(within + key, value, "must be a whole number")
+    if value < low:
+        raise _bad(within + key, value, f"must be at least {low}")
+    if high is not None and value > high:
+        raise _bad(within + key, value, f"must be at most {high:,}")
+    return value
+
+
+def _float(d: dict, *keys: str, default, above: float, at_most: float = math.inf, within: str = "") -> float:
+    """A finite number (a whole one too, not true/false) above ``above`` and at most ``at_most``."""
+    key, value = _pick(d, keys)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(within + key, value, "must be a finite number")
+    if not above < value <= at_most:
+        rule = f"must be above {above:g}" + (f" and at most {at_most:g}" if math.isfinite(at_most) else "")
+        raise _bad(within + key, value, rule)
+    return float(value)
+
+
+def _flag(d: dict, key: str, default: bool) -> bool:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(key, value, "must be true or false")
+    return value
+
+
+def _text(d: dict, key: str, default: Optional[str] = None, within: str = "") -> Optional[str]:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _bad(within + key, value, "must be a string")
+    return value
+
+
+def _object(d: dict, key: str) -> dict:
+    value = d.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(key, value, "must be a JSON object")
+    return value
