@@ -77,7 +77,7 @@ def frequency_chart(plain: Sequence[float], scaled: Sequence[float], scaled_name
     data = [dict(type="scatter", x=pairs, y=[float(v) for v in ys], name=name, mode="lines+markers",
                  line=dict(dash=dash), hovertemplate=f"{name}, pair %{{x}}: %{{y:.3g}} rad/position<extra></extra>")
             for name, ys, dash in (("plain", plain, "dot"), (scaled_name, scaled, "solid"))]
-    layout = base_layout(title, 340, xaxis=axis("dimension pair i"),
-                         yaxis=axis("frequency ω_i (radians per position, log)", type="log"),
+    layout = base_layout(title, 340, xaxis=axis("dimension pair i", tickformat="d", dtick=max(1, len(pairs) // 16)),
+                         yaxis=axis("frequency ωᵢ (radians per position, log)", type="log"),
                          legend=dict(font=TICK_FONT))
     return figure(data, layout)
