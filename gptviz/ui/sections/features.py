@@ -16,6 +16,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from ...config import ModelConfig
 from ...interp.sae import (
     SparseAutoencoder,
     direction_logits,
@@ -97,7 +98,7 @@ def shipped_sae(ctx) -> tuple[Optional[Shipped], str]:
         got = _load(str(path), path.stat().st_mtime)
     except (OSError, ValueError) as exc:
         return None, f"The SAE file for {name!r} could not be read ({exc})."
-    if got.sae.meta.get("model_config") != json.loads(ctx.cfg_json):
+    if not _same_shape(got.sae.meta.get("model_config"), ctx.cfg_json):
         return None, f"The SAE file for {name!r} was trained on a model of another shape: it is not used."
     if got.sae.hook not in ctx.trace():
         return None, f"The SAE for {name!r} reads a step this model does not have."
@@ -161,6 +162,16 @@ def _firing(got: Shipped, peak: np.ndarray, n: int = 8, dense: float = 0.2) -> l
 def tex_name(hook: str) -> str:
     """The hook's name as LaTeX text (underscores escaped)."""
     return r"\texttt{" + hook.replace("_", r"\_") + "}"
+
+
+def _same_shape(stored, cfg_json: str) -> bool:
+    """Whether the SAE's recorded model config is the model in view: compared as configs, so a field added to
+    ``ModelConfig`` after the file was written (at its default) does not make a shipped SAE look foreign."""
+    try:
+        stored = json.loads(stored) if isinstance(stored, str) else stored
+        return ModelConfig.from_dict(stored) == ModelConfig.from_dict(json.loads(cfg_json))
+    except (TypeError, ValueError):
+        return False
 
 
 @section("features.browser")
