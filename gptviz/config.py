@@ -11,11 +11,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .config_rope import ROPE_TYPES as ROPE_TYPES  # re-exported: where the other choices are
+from .config_rope import check_rope_scaling
+
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu")
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")  # Hugging Face's names (its rope_type)
 
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
@@ -39,7 +41,9 @@ class ModelConfig:
     dimensions (Pythia: 0.25); ``sliding_window`` lets each query see only the last ``sliding_window`` positions
     (itself included: key j for query i when i - sliding_window < j <= i), on the layers ``sliding_layers`` lists
     (None: every layer) while the others keep plain causal attention (Mistral, Qwen2). The window is a mask, never
-    a cap on the context: a text longer than the window still fits up to ``block_size``.
+    a cap on the context: a text longer than the window still fits up to ``block_size``. ``qk_norm`` (QK-norm,
+    Qwen3) puts each head's query and key vectors through an RMSNorm of their own (a learned gain of ``d_head``,
+    ``ln_eps``, whatever ``norm`` says) after the split into heads and before rotary positions.
     """
 
     vocab_size: int = 64
@@ -88,6 +92,7 @@ class ModelConfig:
     rotary_pct: float = 1.0  # the fraction of each head's dimensions that rotary positions turn
     sliding_window: Optional[int] = None  # None: plain causal attention; else query i sees keys i-w+1 .. i
     sliding_layers: Optional[tuple[int, ...]] = None  # the layers with the window (sorted); None: every layer
+    qk_norm: bool = False  # an RMSNorm over each head's query and key (gains q_norm, k_norm), before rotary
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -134,7 +139,7 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, "must be one of " + ", ".join(repr(a) for a in allowed))
-        for name in ("bias", "tie_weights", "attn_only", "head_bias", "gated_mlp", "parallel_attn"):
+        for name in ("bias", "tie_weights", "attn_only", "head_bias", "gated_mlp", "parallel_attn", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be True or False")
         for name in ("n_enc_layer", "enc_len"):
@@ -176,11 +181,11 @@ class ModelConfig:
         if self.pos_encoding == "rope" and (self.d_rot % 2 or self.d_rot < 2):
             raise ValueError(f"rotary_pct={self.rotary_pct} of d_head={self.d_head} turns {self.d_rot} dimension(s): "
                              "rotary embeddings turn pairs, so it must come to an even number, at least 2")
-        self._check_rope_scaling()
+        check_rope_scaling(self)
         if self.parallel_attn and (self.norm_placement != "pre" or self.attn_only or self.n_enc_layer >= 0):
             raise bad("parallel_attn", "needs a decoder-only model with pre-norm blocks that have an MLP")
-        if (self.gated_mlp or self.n_kv_head != self.n_head) and self.n_enc_layer >= 0:
-            raise ValueError("gated_mlp and n_kv_head are for decoder-only models (n_enc_layer=-1)")
+        if (self.gated_mlp or self.n_kv_head != self.n_head or self.qk_norm) and self.n_enc_layer >= 0:
+            raise ValueError("gated_mlp, n_kv_head and qk_norm are for decoder-only models (n_enc_layer=-1)")
         self._check_sliding_window()
 
     def _check_sliding_window(self) -> None:
@@ -209,38 +214,6 @@ class ModelConfig:
             return None
         return self.sliding_window
 
-    def _check_rope_scaling(self) -> None:
-        """The rotary scaling fields' types, ranges and rules; a None filled in (block_size, the type's own)."""
-        bad = lambda name, rule: ValueError(f"{name}={getattr(self, name)!r} {rule}")
-        if self.rope_type not in ROPE_TYPES:
-            raise bad("rope_type", "must be one of " + ", ".join(repr(a) for a in ROPE_TYPES))
-        if self.rope_original_max_pos is None:
-            object.__setattr__(self, "rope_original_max_pos", self.block_size)
-        value = self.rope_original_max_pos
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 32:
-            raise bad("rope_original_max_pos", "must be a whole number from 1 to 2^32, or None (block_size)")
-        if not isinstance(self.rope_truncate, bool):
-            raise bad("rope_truncate", "must be True or False")
-        numbers = ["rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_beta_fast", "rope_beta_slow"]
-        for name in numbers + ([] if self.rope_attention_factor is None else ["rope_attention_factor"]):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad(name, "must be a finite number")
-            if value <= 0:
-                raise bad(name, "must be above 0")
-            object.__setattr__(self, name, float(value))
-        if self.rope_attention_factor is None:
-            object.__setattr__(self, "rope_attention_factor", rope_attention_default(self.rope_type, self.rope_factor))
-        if self.rope_type == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
-            raise bad("rope_high_freq_factor", f"must be above rope_low_freq_factor={self.rope_low_freq_factor:g}: "
-                      "llama3 blends the frequencies between the two wavelengths they set")
-        if self.rope_type == "yarn" and self.rope_beta_fast < self.rope_beta_slow:
-            raise bad("rope_beta_fast", f"must be at least rope_beta_slow={self.rope_beta_slow:g}: yarn keeps the "
-                      "dimensions turning over beta_fast times and scales those turning under beta_slow times")
-        if self.rope_type == "dynamic" and self.pos_encoding == "rope" and self.d_rot < 4:
-            raise ValueError(f"rope_type='dynamic' needs at least 4 rotated dimensions, not d_rot={self.d_rot}: it "
-                             "raises the base to the power d_rot / (d_rot - 2)")
-
     # ----------------------------------------------------------------- derived sizes
     @property
     def d_attn(self) -> int:
@@ -263,7 +236,7 @@ class ModelConfig:
         lin = lambda i, o, b: i * o + (o if b else 0)
         norm = C + (C if self.bias else 0)
         per_block = (norm + lin(C, self.d_attn + 2 * self.d_kv, self.qkv_bias)
-                     + lin(self.d_attn, C, self.attn_proj_bias))
+                     + lin(self.d_attn, C, self.attn_proj_bias) + (2 * self.d_head if self.qk_norm else 0))
         if not self.attn_only:
             per_block += norm + lin(C, self.d_mlp, self.bias) * (2 if self.gated_mlp else 1) + lin(self.d_mlp, C,
                                                                                                    self.bias)
@@ -292,7 +265,7 @@ class ModelConfig:
         lean = slim and not grads  # the extra steps are worked out when read too
         per_layer = (
             B * T * (12 * C + 2)  # residuals, norms, outputs
-            + B * T * 3 * self.d_attn * 2  # qkv and q/k/v (+ rotated)
+            + B * T * 3 * self.d_attn * (3 if self.qk_norm else 2)  # qkv and q/k/v (+ rotated, + normalised)
             + (B * T * 2 * self.d_attn if self.n_kv_head != self.n_head and not lean else 0)  # k, v repeated
             + B * self.n_head * T * T * ((1 if lean else 2) if slim else 4)  # four score/pattern tensors
             + B * T * self.d_attn  # z
@@ -382,12 +355,6 @@ class ModelConfig:
                 data[derived] = None
         data.update(changes)
         return ModelConfig(**data)
-
-
-def rope_attention_default(rope_type: str, factor: float) -> float:
-    """What cos and sin are multiplied by when a config names no ``rope_attention_factor``: yarn's
-    0.1 · ln(factor) + 1 for a factor above 1 (transformers' ``get_mscale``), and 1 for every other case."""
-    return 0.1 * math.log(factor) + 1.0 if rope_type == "yarn" and factor > 1 else 1.0
 
 
 def _preset_table() -> dict[str, ModelConfig]:

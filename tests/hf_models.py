@@ -53,6 +53,11 @@ def build(family: str, folder, **extra):
                             num_attention_heads=4, num_key_value_heads=1, head_dim=12, max_position_embeddings=64,
                             tie_word_embeddings=True, **extra)
         cls = T.Qwen2ForCausalLM
+    elif family == "qwen3":  # QK-norm; head_dim 12 (not 32 / 4), 2 key/value heads; tied unless told
+        cfg = T.Qwen3Config(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 56, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+                               "max_position_embeddings": 64, "tie_word_embeddings": True, **extra})
+        cls = T.Qwen3ForCausalLM
     elif family == "mistral":
         cfg = T.MistralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,

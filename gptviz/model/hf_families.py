@@ -3,10 +3,11 @@ read, never guessed), the tensors it needs with their shapes, and their renaming
 GPT-2 names. ``gptviz.model.pretrained`` reads the files; this module only knows the families.
 
 Families: ``gpt2``; ``llama`` and ``mistral`` (RMSNorm, rotary, grouped-query attention, SwiGLU); ``qwen2`` (as
-Llama, with q/k/v biases and none on the output projection); ``gpt_neox`` (Pythia: parallel attention and MLP,
-partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1: Llama's blocks with GeGLU, its own
-``head_dim``, RMSNorm gains stored as ``w`` and applied as ``1 + w``, and the embedding multiplied by
-√hidden_size, held untied as explained at ``_gemma_convert``).
+Llama, with q/k/v biases and none on the output projection); ``qwen3`` (as Llama, with QK-norm: an RMSNorm over
+each head's queries and keys before rotary, its own ``head_dim``, and Qwen2's sliding window); ``gpt_neox``
+(Pythia: parallel attention and MLP, partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1:
+Llama's blocks with GeGLU, its own ``head_dim``, RMSNorm gains stored as ``w`` and applied as ``1 + w``, and the
+embedding multiplied by √hidden_size, held untied as explained at ``_gemma_convert``).
 """
 from __future__ import annotations
 
@@ -122,6 +123,7 @@ _LLAMA_NAMES = {"block_size": "max_position_embeddings", "n_layer": "num_hidden_
 _NEOX_NAMES = {**_LLAMA_NAMES, "d_head": "hidden_size / num_attention_heads", "ln_eps": "layer_norm_eps",
                "rotary_pct": "rotary_pct (or partial_rotary_factor)"}
 _GEMMA_NAMES = {**_LLAMA_NAMES, "d_head": "head_dim"}
+_QWEN3_NAMES = _GEMMA_NAMES  # head_dim read, never worked out
 
 
 def _gpt2_config(d: dict) -> ModelConfig:
@@ -141,9 +143,9 @@ def _gpt2_config(d: dict) -> ModelConfig:
 
 
 def _llama_config(d: dict, qwen: bool = False, names: dict[str, str] = _LLAMA_NAMES,
-                  window: Optional[Callable[[dict, int], dict]] = None) -> ModelConfig:
-    """Llama, and Mistral and Qwen2 (``window``: the family's reader of its sliding window, a mask on some or all
-    layers; ``qwen``: biases on q, k and v, none on the output projection)."""
+                  window: Optional[Callable[[dict, int], dict]] = None, qk_norm: bool = False) -> ModelConfig:
+    """Llama, and Mistral, Qwen2 and Qwen3 (``window``: the family's reader of its sliding window, a mask on some or
+    all layers; ``qwen``: biases on q, k and v, none on the output projection; ``qk_norm``: Qwen3's QK-norm)."""
     if _flag(d, "mlp_bias", False):
         raise ValueError("mlp_bias=true is not supported: gptviz's Llama-family MLP has no biases")
     rope = read_rope(d)
@@ -166,7 +168,17 @@ def _llama_config(d: dict, qwen: bool = False, names: dict[str, str] = _LLAMA_NA
         **rope, activation=_activation(d, default="silu"), gated_mlp=True, bias=False,
         qkv_bias=attn_bias, attn_proj_bias=False if qwen else attn_bias,
         tie_weights=_flag(d, "tie_word_embeddings", False), ln_eps=_float(d, "rms_norm_eps", default=1e-6, above=0.0),
-        init_std=_float(d, "initializer_range", default=0.02, above=0.0))
+        init_std=_float(d, "initializer_range", default=0.02, above=0.0), qk_norm=qk_norm)
+
+
+def _qwen3_config(d: dict) -> ModelConfig:
+    """Qwen3 (``model_type`` "qwen3", transformers' ``Qwen3ForCausalLM``): Llama's blocks with QK-norm (``q_norm`` and
+    ``k_norm``, RMSNorms of head_dim with rms_norm_eps, on each head's queries and keys before rotary), its own
+    ``head_dim`` (read, never worked out: Qwen3Config's default, 128, is not hidden_size / heads),
+    ``attention_bias`` on q, k, v and o alike (off by default; Qwen2's q/k/v biases are always on), and Qwen2's
+    sliding window. Its MLP never has biases: an ``mlp_bias`` key is ignored, as Qwen3MLP ignores it."""
+    d = {k: v for k, v in d.items() if k != "mlp_bias"} | {"head_dim": _int(d, "head_dim")}
+    return _llama_config(d, names=_QWEN3_NAMES, window=_qwen2_window, qk_norm=True)
 
 
 def _gemma_activation(d: dict) -> str:
@@ -249,14 +261,17 @@ def _llama_shapes(c: ModelConfig) -> dict[str, tuple]:
                       p + "self_attn.v_proj.bias": (c.d_kv,)})
         if c.attn_proj_bias:
             s[p + "self_attn.o_proj.bias"] = (C,)
+        if c.qk_norm:  # Qwen3: one gain of head_dim for every head's queries, one for its keys
+            s.update({p + "self_attn.q_norm.weight": (hs,), p + "self_attn.k_norm.weight": (hs,)})
     if not c.tie_weights:
         s["lm_head.weight"] = (V, C)
     return s
 
 
 def _llama_convert(get, c: ModelConfig) -> dict:
-    """Llama, Mistral and Qwen2 names -> gptviz's: q, k and v stacked into ``c_attn`` (in that order, which is
-    how gptviz splits them), the gate, up and down projections into ``c_gate``, ``c_fc`` and ``c_proj``."""
+    """Llama, Mistral, Qwen2 and Qwen3 names -> gptviz's: q, k and v stacked into ``c_attn`` (in that order, which
+    is how gptviz splits them), the gate, up and down projections into ``c_gate``, ``c_fc`` and ``c_proj``, and
+    Qwen3's QK-norm gains kept by their own names (``attn.q_norm``, ``attn.k_norm``)."""
     out = {"transformer.wte.weight": get("model.embed_tokens.weight"),
            "transformer.ln_f.weight": get("model.norm.weight")}
     for i in range(c.n_layer):
@@ -270,6 +285,9 @@ def _llama_convert(get, c: ModelConfig) -> dict:
         out[q + "attn.c_proj.weight"] = get(a + "o_proj.weight")
         if c.attn_proj_bias:
             out[q + "attn.c_proj.bias"] = get(a + "o_proj.bias")
+        if c.qk_norm:
+            out[q + "attn.q_norm.weight"] = get(a + "q_norm.weight")
+            out[q + "attn.k_norm.weight"] = get(a + "k_norm.weight")
         out[q + "mlp.c_gate.weight"] = get(p + "mlp.gate_proj.weight")
         out[q + "mlp.c_fc.weight"] = get(p + "mlp.up_proj.weight")
         out[q + "mlp.c_proj.weight"] = get(p + "mlp.down_proj.weight")
@@ -361,6 +379,7 @@ FAMILIES: dict[str, Family] = {
                       names=_LLAMA_NAMES),
     "qwen2": Family(lambda d: _llama_config(d, qwen=True, window=_qwen2_window), _llama_shapes, _llama_convert,
                     names=_LLAMA_NAMES),
+    "qwen3": Family(_qwen3_config, _llama_shapes, _llama_convert, names=_QWEN3_NAMES),
     "gpt_neox": Family(_neox_config, _neox_shapes, _neox_convert, names=_NEOX_NAMES),
     "gemma": Family(_gemma_config, _gemma_shapes, _gemma_convert, lambda c: (
         f"Gemma multiplies each token's embedding by √{c.n_embd} before the first block and unembeds with its table "

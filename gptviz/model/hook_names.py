@@ -8,6 +8,7 @@ belongs to (``"attn"``, ``"cross_attn"``, ``"mlp"``, a norm ``"ln1"``, ``"ln2"``
     act_name("embed")                      -> "hook_embed"
     act_name("resid_pre", 2)               -> "blocks.2.hook_resid_pre"
     act_name("pattern", 0)                 -> "blocks.0.attn.hook_pattern"
+    act_name("q_normed", 0)                -> "blocks.0.attn.hook_q_normed"   (QK-norm's normalised queries)
     act_name("pattern", 0, "cross_attn")   -> "blocks.0.cross_attn.hook_pattern"
     act_name("pre", 1)                     -> "blocks.1.mlp.hook_pre"
     act_name("scale", 0, "ln1")            -> "blocks.0.ln1.hook_scale"
@@ -30,9 +31,10 @@ GLOBAL_STEPS = ("embed", "pos_embed", "logits", "probs", "loss_per_token", "loss
 # One block's residual stream and its sublayers' outputs: "blocks.{layer}.hook_" + step.
 BLOCK_STEPS = ("resid_pre", "attn_out", "resid_mid", "cross_out", "resid_cross", "mlp_out", "resid_post")
 # The steps inside one attention, in the order they are computed.
-ATTENTION_STEPS = ("qkv", "q", "k", "v", "rot_q", "rot_k", "k_rep", "v_rep", "scores_raw", "scores_scaled",
-                   "attn_scores", "pattern", "z")
-CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS if s not in ("qkv", "rot_q", "rot_k", "k_rep", "v_rep"))
+ATTENTION_STEPS = ("qkv", "q", "k", "v", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep", "scores_raw",
+                   "scores_scaled", "attn_scores", "pattern", "z")
+CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS
+                              if s not in ("qkv", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep"))
 MLP_STEPS = ("pre", "pre_linear", "post")
 NORM_STEPS = ("scale", "normalized", "out")
 ATTENTIONS = ("attn", "cross_attn")
@@ -134,7 +136,8 @@ def parse_act_name(name: str) -> Place:
 def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[str, ...]:
     """The steps one attention of a model with config ``cfg`` records, in order: GPT's self-attention has one
     ``qkv`` projection, an encoder-decoder model's attentions separate ones; only self-attention rotates (RoPE),
-    and only grouped-query attention (fewer key/value heads than query heads) repeats keys and values."""
+    only grouped-query attention (fewer key/value heads than query heads) repeats keys and values, and only a
+    model with QK-norm (``qk_norm``) normalises each head's queries and keys."""
     if part not in ATTENTIONS:
         raise ValueError(f"no attention {part!r}: the attentions are {', '.join(ATTENTIONS)}")
     if part == "cross_attn" and (encoder or cfg.n_enc_layer < 0):
@@ -144,6 +147,8 @@ def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[
     if part == "cross_attn":
         return CROSS_ATTENTION_STEPS
     skip = {"rot_q", "rot_k"} if cfg.pos_encoding != "rope" else set()
+    if not getattr(cfg, "qk_norm", False):
+        skip |= {"q_normed", "k_normed"}
     if cfg.n_enc_layer >= 0:
         skip.add("qkv")
     if getattr(cfg, "n_kv_head", cfg.n_head) == cfg.n_head:

@@ -102,6 +102,19 @@ class Norm(nn.Module):
         return self.hook_out(x, rec)  # (B, T, C)
 
 
+class HeadNorm(nn.Module):
+    """QK-norm's RMSNorm (Qwen3): each head's vector (the last axis, ``d_head`` wide) divided by its root mean square,
+    times a learned gain ``weight`` shared by every head; no shift. Its output is hooked by the attention."""
+
+    def __init__(self, d_head: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_head))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / (x.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt() * self.weight  # (..., hs)
+
+
 class HeadsAttention(nn.Module):
     """Multi-head attention from per-position queries, keys and values, every step hooked.
 
@@ -114,7 +127,9 @@ class HeadsAttention(nn.Module):
     hooked by the subclass). ``declare_rot``: declare ``hook_rot_q`` and ``hook_rot_k`` (GPT has them whatever
     its positions; the encoder-decoder model only where it rotates). ``grouped``: keys and values have
     ``config.n_kv_head`` heads (grouped-query attention), each repeated for the query heads it serves, a step of
-    its own (``hook_k_rep``, ``hook_v_rep``) when there are fewer key/value heads than query heads.
+    its own (``hook_k_rep``, ``hook_v_rep``) when there are fewer key/value heads than query heads. With
+    ``config.qk_norm`` each head's queries and keys go through their own ``HeadNorm`` (``q_norm``, ``k_norm``) before
+    they are rotated, steps of their own (``hook_q_normed``, ``hook_k_normed``).
     """
 
     def __init__(self, config: ModelConfig, prefix: str, *, rope: bool, fused_qkv: bool, declare_rot: bool,
@@ -124,12 +139,17 @@ class HeadsAttention(nn.Module):
         self.n_kv_head = config.n_kv_head if grouped else config.n_head
         self.d_attn = config.d_attn
         self.rope = rope
+        self.qk_norm = config.qk_norm
         self.dropout = config.dropout
         if fused_qkv:
             self.hook_qkv = HookPoint(prefix + "hook_qkv")  # (B, T, 3*nh*hs)
         self.hook_q = HookPoint(prefix + "hook_q")  # (B, T, nh, hs)
         self.hook_k = HookPoint(prefix + "hook_k")  # (B, S, nkv, hs)
         self.hook_v = HookPoint(prefix + "hook_v")  # (B, S, nkv, hs)
+        if self.qk_norm:
+            self.q_norm, self.k_norm = HeadNorm(config.d_head, config.ln_eps), HeadNorm(config.d_head, config.ln_eps)
+            self.hook_q_normed = HookPoint(prefix + "hook_q_normed")  # (B, T, nh, hs)
+            self.hook_k_normed = HookPoint(prefix + "hook_k_normed")  # (B, S, nkv, hs)
         if declare_rot:
             self.hook_rot_q = HookPoint(prefix + "hook_rot_q")  # (B, T, nh, hs)
             self.hook_rot_k = HookPoint(prefix + "hook_rot_k")  # (B, S, nkv, hs)
@@ -153,6 +173,9 @@ class HeadsAttention(nn.Module):
         q = self.hook_q(q.view(B, T, nh, hs), rec)  # (B, T, nh, hs)
         k = self.hook_k(k.view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
         v = self.hook_v(v.view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
+        if self.qk_norm:  # QK-norm: each head's query and key scaled to unit RMS, times a learned gain
+            q = self.hook_q_normed(self.q_norm(q), rec)  # (B, T, nh, hs)
+            k = self.hook_k_normed(self.k_norm(k), rec)  # (B, S, nkv, hs)
         if self.rope:
             cos, sin = rope_cs
             q = self.hook_rot_q(apply_rope(q, cos, sin), rec)  # (B, T, nh, hs)

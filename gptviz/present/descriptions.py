@@ -168,6 +168,20 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
             "The value block split into heads: what each position hands on when it is attended to."
             if not grouped else f"The value block split into its {nkv} key/value heads: what each position hands "
                                 f"on when it is attended to."),
+        "attn.hook_q_normed": (
+            "Q normalised per head (QK-norm)",
+            r"\hat{q}_{t,h} = \gamma_Q \odot q_{t,h} \,/\, "
+            r"\sqrt{\tfrac{1}{d_h}\textstyle\sum_i q_{t,h,i}^2 + \epsilon}",
+            f"QK-norm: each head's query divided by its root mean square over its {hs} dimensions, then times a "
+            "learned per-dimension gain γ_Q shared by every head. The scores can no longer grow just because the "
+            "queries do: how sharp a head can attend is set by the gains."
+            + (" The rotation by position (RoPE) comes after." if cfg.pos_encoding == "rope" else "")),
+        "attn.hook_k_normed": (
+            "K normalised per head (QK-norm)" if not grouped else "K normalised per key/value head (QK-norm)",
+            rf"\hat{{k}}_{{t,{g}}} = \gamma_K \odot k_{{t,{g}}} \,/\, "
+            rf"\sqrt{{\tfrac{{1}}{{d_h}}\textstyle\sum_i k_{{t,{g},i}}^2 + \epsilon}}",
+            "Each head's key divided by its root mean square, then times a learned gain γ_K of its own: the same "
+            "norm as the queries', with its own weights."),
         "attn.hook_k_rep": (
             "K repeated to query heads", rf"K_h = K_{{\lfloor h / {nh // max(1, nkv)} \rfloor}}",
             f"Grouped-query attention: each of the {nkv} key heads is copied for the {nh // max(1, nkv)} query heads "

@@ -27,10 +27,10 @@ CKPT_PREFIX = "checkpoint: "
 FOLDER_PREFIX = "folder: "  # a preset naming a model folder in the server's models directory (?model=NAME)
 
 # Config fields the sidebar edits (vocab_size always comes from the tokenizer; a sliding window comes with a loaded
-# model, a Mistral or Qwen2 folder, and is not a setting; nor is a rotary scaling, a Llama 3 folder's: every rope_*
-# field but rope_base).
+# model, a Mistral or Qwen2 folder, and is not a setting; nor is QK-norm, a Qwen3 folder's, nor a rotary scaling, a
+# Llama 3 folder's: every rope_* field but rope_base).
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)
-                 if f.name not in ("vocab_size", "sliding_window", "sliding_layers")
+                 if f.name not in ("vocab_size", "sliding_window", "sliding_layers", "qk_norm")
                  and (f.name == "rope_base" or not f.name.startswith("rope_"))]
 INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed", "n_enc_layer", "enc_len",
               "n_kv_head"}

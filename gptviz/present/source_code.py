@@ -31,8 +31,9 @@ def _parse(source: str) -> ast.Module:
 
 # rest of the hook name (without "blocks.{l}.") -> (function, anchor, statements of context before it)
 _NORM = {"hook_scale": 1, "hook_normalized": 0, "hook_out": 2}
-_ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_rot_q": 0, "hook_rot_k": 0, "hook_k_rep": 0, "hook_v_rep": 0,
-           "hook_scores_raw": 1, "hook_scores_scaled": 0, "hook_attn_scores": 0, "hook_pattern": 1, "hook_z": 0}
+_ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_q_normed": 0, "hook_k_normed": 0, "hook_rot_q": 0,
+           "hook_rot_k": 0, "hook_k_rep": 0, "hook_v_rep": 0, "hook_scores_raw": 1, "hook_scores_scaled": 0,
+           "hook_attn_scores": 0, "hook_pattern": 1, "hook_z": 0}
 _PARALLEL = {"hook_resid_pre": 0, "hook_attn_out": 1, "hook_resid_mid": 0, "hook_mlp_out": 1, "hook_resid_post": 0}
 
 
@@ -109,7 +110,10 @@ def _occurrences(fn: Callable, anchor: str) -> list[tuple[list[tuple[int, int]],
 
 
 def _preludes(rest: str, seq2seq: bool) -> list[tuple[Callable, str]]:
-    """Statements from the callers that show where a head's queries, keys and values come from."""
+    """Statements from the callers that show where a head's queries, keys and values come from (and, for QK-norm's
+    steps, what the head's norm computes)."""
+    if rest.split(".")[-1] in ("hook_q_normed", "hook_k_normed"):
+        return [(layers.HeadNorm.forward, "x.pow(")]
     if rest.split(".")[-1] not in ("hook_q", "hook_k", "hook_v"):
         return []
     if not seq2seq:

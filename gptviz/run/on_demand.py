@@ -125,7 +125,7 @@ def forward_value(trace, note: OnDemand) -> torch.Tensor:
     if note.step == "probs":
         return torch.softmax(_t(trace["hook_logits"]), dim=-1)
     if note.step in ("k_rep", "v_rep"):
-        src = ("rot_k", "k") if note.step == "k_rep" else ("v",)
+        src = ("rot_k", "k_normed", "k") if note.step == "k_rep" else ("v",)
         return _last_recorded(trace, note.layer, src).repeat_interleave(note.how["repeat"], dim=2)
     if note.step == "post":
         from ..model.layers import activate
@@ -138,9 +138,9 @@ def forward_value(trace, note: OnDemand) -> torch.Tensor:
         return scaled.masked_fill(_t(note.masked), float("-inf"))
     if note.step == "scores_scaled":
         return _t(trace[step_name(note.layer, "scores_raw")]) / math.sqrt(note.d_head)
-    # scores_raw: the queries and keys as attend() multiplied them (rotated, then repeated to the query heads)
-    q = _last_recorded(trace, note.layer, ("rot_q", "q"))
-    k = _last_recorded(trace, note.layer, ("k_rep", "rot_k", "k"))
+    # scores_raw: the queries and keys as attend() multiplied them (normalised, rotated, repeated to the query heads)
+    q = _last_recorded(trace, note.layer, ("rot_q", "q_normed", "q"))
+    k = _last_recorded(trace, note.layer, ("k_rep", "rot_k", "k_normed", "k"))
     q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nh, T|S, hs)
     return q @ k.transpose(-2, -1)
 

@@ -30,6 +30,7 @@ BT1 = ("batch", "pos", "scale")
 _ATTENTION = {
     "hook_qkv": (("batch", "pos", "qkv"), SIGNED),
     "hook_q": (BTHD, SIGNED), "hook_k": (BTHD, SIGNED), "hook_v": (BTHD, SIGNED),
+    "hook_q_normed": (BTHD, SIGNED), "hook_k_normed": (BTHD, SIGNED),  # QK-norm: q and k through each head's norm
     "hook_rot_q": (BTHD, SIGNED), "hook_rot_k": (BTHD, SIGNED),
     "hook_k_rep": (BTHD, SIGNED), "hook_v_rep": (BTHD, SIGNED),  # grouped-query attention: k, v per query head
     "hook_scores_raw": (BHQK, SIGNED), "hook_scores_scaled": (BHQK, SIGNED),
@@ -63,7 +64,8 @@ SEQ2SEQ_STEPS = {
     **{f"{n}.{part}": ("norm", axes, kind) for n in ("ln_cross", "enc_ln_final")
        for part, (axes, kind) in _NORM.items()},
     **{f"cross_attn.{part}": ("cross_attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()
-       if part not in ("hook_qkv", "hook_rot_q", "hook_rot_k", "hook_k_rep", "hook_v_rep")},
+       if part not in ("hook_qkv", "hook_q_normed", "hook_k_normed", "hook_rot_q", "hook_rot_k", "hook_k_rep",
+                       "hook_v_rep")},
     "hook_cross_out": ("cross_attention", BTC, SIGNED),
     "hook_resid_cross": ("residual", BTC, SIGNED),
 }
@@ -129,7 +131,7 @@ def step_meta(name: str, cfg: ModelConfig) -> StepMeta:
     group = 1
     split: tuple[int, ...] = ()
     if getattr(cfg, "n_kv_head", cfg.n_head) != cfg.n_head:
-        if rest in ("attn.hook_k", "attn.hook_v", "attn.hook_rot_k"):
+        if rest in ("attn.hook_k", "attn.hook_v", "attn.hook_k_normed", "attn.hook_rot_k"):
             group = cfg.n_head // cfg.n_kv_head
         if rest == "attn.hook_qkv":
             split = (cfg.d_attn, cfg.d_kv, cfg.d_kv)

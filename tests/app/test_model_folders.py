@@ -1,7 +1,7 @@
-"""Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, GPT-NeoX with
-the parallel block and partial rotary, Gemma with multi-query attention and GeGLU), opened as a class would: a
-link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with no
-exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
+"""Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, Qwen3 with QK-norm,
+GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU), opened as a class
+would: a link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with
+no exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
 import os
 
 import pytest
@@ -10,7 +10,7 @@ from hf_models import build
 from lazy_import import lazy
 
 lazy("transformers", skip=True)
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "gpt_neox", "gemma"]
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma"]
 ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
 
 

@@ -58,6 +58,9 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
         where = "every layer" if cfg.sliding_layers is None else \
             "layer" + ("s " if len(cfg.sliding_layers) != 1 else " ") + ", ".join(map(str, cfg.sliding_layers))
         block.insert(2, f"sliding window: each query sees its last {cfg.sliding_window} positions ({where})")
+    if cfg.qk_norm:  # QK-norm (Qwen3): each head's q and k through an RMSNorm of its own
+        block.insert(2, f"QK-norm: each head's q and k RMS-normalised (gains of d_head={D})"
+                     + (", before RoPE" if cfg.pos_encoding == "rope" else ""))
     mlp = (f"{mlp_in}gated MLP: {act}({C} → {M}) × ({C} → {M}) → {C}" if cfg.gated_mlp
            else f"{mlp_in}MLP: {C} → {M} ({act}) → {C}")
     block.append("(attention only: no MLP)" if cfg.attn_only else

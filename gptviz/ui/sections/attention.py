@@ -44,6 +44,9 @@ def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]
     if cfg.n_kv_head != cfg.n_head:
         steps[-2:] = [(f"3 · Split into key/value heads: K ({cfg.n_kv_head} for {cfg.n_head} query heads)", a("k")),
                       (f"3 · Split into key/value heads: V ({cfg.n_kv_head})", a("v"))]
+    if cfg.qk_norm:  # QK-norm: each head's queries and keys through an RMSNorm of their own, before the rotation
+        steps += [("3a · QK-norm: each head's Q normalised", a("q_normed")),
+                  ("3a · QK-norm: each head's K normalised", a("k_normed"))]
     if cfg.pos_encoding == "rope":
         steps += [("3b · Rotate Q by position (RoPE)", a("rot_q")),
                   ("3b · Rotate K by position (RoPE)", a("rot_k"))]

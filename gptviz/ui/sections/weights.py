@@ -91,10 +91,12 @@ def upload(ctx, *, key: str = "wt") -> None:
 
 @section("weights.folder")
 def folder(ctx, *, key: str = "wt") -> None:
-    """A Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, GPT-NeoX): one of the server's, or uploaded."""
+    """A Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1): one of the server's, or
+    uploaded."""
     st.markdown("A model folder as Hugging Face saves it: `config.json`, the `.safetensors` weights (sharded too) and "
-                "`tokenizer.json`. GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2 and GPT-NeoX (Pythia) open with "
-                "their own tokenizer; every page then shows them, grouped-query attention and gated MLPs included.")
+                "`tokenizer.json`. GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3, GPT-NeoX (Pythia) and "
+                "Gemma 1 open with their own tokenizer; every page then shows them, grouped-query attention, gated "
+                "MLPs and Qwen3's QK-norm included.")
     names = resources.model_folder_names()
     for name in names:
         c1, c2 = st.columns([3, 1])
