@@ -171,3 +171,19 @@ def test_a_loaded_checkpoint_is_studied_as_fresh_models_of_its_shape():
     sweep = chart(a, "Initial loss against init_std")
     assert abs(sweep["data"][0]["y"][0] - math.log(shown_vocab(a))) < 0.05
     assert any("fresh" in str(c.value) for c in a.caption)
+
+
+def test_the_training_runs_are_cached_under_a_digest_of_their_token_ids():
+    """The training curves are cached by a digest of the ids (Streamlit does not hash the ids themselves, which took
+    about 30 ms a rerun): equal ids give one key, whatever their container; any change of a value or of the length
+    gives another (checked against hashlib on the int64 bytes, written out here)."""
+    import hashlib
+
+    import numpy as np
+
+    from gptviz.ui.sections.init import _ids_key
+
+    ids = tuple(range(300, 0, -1))
+    assert _ids_key(ids) == _ids_key(list(ids)) == hashlib.blake2b(np.array(ids, np.int64).tobytes(),
+                                                                     digest_size=16).hexdigest()
+    assert len({_ids_key(ids), _ids_key(ids[:-1]), _ids_key(ids[:-1] + (2,)), _ids_key(ids + (0,))}) == 4

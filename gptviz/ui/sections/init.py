@@ -6,9 +6,11 @@ change (a position, a layer, a scale picked from the list) reruns only the drawi
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
+import numpy as np
 import streamlit as st
 
 from ...config import ACTIVATIONS, ModelConfig
@@ -56,13 +58,21 @@ def _distributions(cfg_json: str, x: tuple, y: tuple, mask: tuple, init_std: flo
 
 
 @st.cache_data(max_entries=16, show_spinner="Training a small model for a few hundred steps…")
-def _curve(cfg_json: str, ids: tuple, scale: float, steps: int) -> dict:
-    return study.training_curves(_cfg(cfg_json), ids, scales=(scale,), steps=steps)
+def _curve(cfg_json: str, ids_key: str, _ids: tuple, scale: float, steps: int) -> dict:
+    # _ids (up to 20,000 token ids) is not hashed by Streamlit (a leading underscore): ids_key, its digest, stands
+    # for it. Hashing the tuple element by element took about 30 ms on every rerun, cached or not.
+    return study.training_curves(_cfg(cfg_json), _ids, scales=(scale,), steps=steps)
+
+
+def _ids_key(ids: tuple) -> str:
+    """A digest of the token ids: equal ids, equal key."""
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
 
 
 def _curves(cfg_json: str, ids: tuple, scales: tuple, steps: int) -> dict:
     """One cached training per scale, merged: changing the large scale leaves the small run cached."""
-    runs = [_curve(cfg_json, ids, float(s), steps) for s in scales]
+    key = _ids_key(ids)
+    runs = [_curve(cfg_json, key, ids, float(s), steps) for s in scales]
     out = dict(runs[0])
     for k in ("scales", "curves", "seconds"):
         out[k] = [v for r in runs for v in r[k]]
