@@ -89,3 +89,27 @@ def build(family: str, folder, **extra):
 
 
 FAMILIES = ["gpt2", "llama", "qwen2", "mistral", "gpt_neox"]
+
+
+def long_ids(tok, n: int = 48) -> list[int]:
+    ids = tok.encode(" ".join([TEXT] * 6))[:n]
+    assert len(ids) == n
+    return ids
+
+
+def compare(hf, model, idx, mask=None) -> None:
+    """gptviz against transformers on ``idx``: the logits (within 1e-4) and every layer's attention pattern (within
+    1e-5) of each real query (a padded query's row is transformers' own business)."""
+    with torch.no_grad():
+        out = hf(idx, attention_mask=mask, output_attentions=True)
+    from gptviz import trace
+    from gptviz.model.hook_names import act_name
+
+    tr = trace(model, idx, attention_mask=mask)
+    real = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask.bool()
+    assert (tr["hook_logits"] - out.logits)[real].abs().max().item() < 1e-4
+    assert len(out.attentions) == model.config.n_layer
+    for layer, pattern in enumerate(out.attentions):  # (B, n_head, T, T)
+        ours = tr[act_name("pattern", layer)]
+        for b in range(idx.shape[0]):
+            assert (ours[b][:, real[b]] - pattern[b][:, real[b]]).abs().max().item() < 1e-5, (layer, b)

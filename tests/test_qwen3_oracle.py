@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import TEXT, build
+from hf_models import build, compare, long_ids
 from lazy_import import lazy
 
 import gptviz
@@ -23,27 +23,6 @@ from gptviz.run import edits
 
 transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def long_ids(tok, n: int = 48) -> list[int]:
-    ids = tok.encode(" ".join([TEXT] * 6))[:n]
-    assert len(ids) == n
-    return ids
-
-
-def compare(hf, model, idx, mask=None) -> None:
-    """gptviz against transformers on ``idx``: the logits (within 1e-4) and every layer's attention pattern (within
-    1e-5) of each real query (a padded query's row is transformers' own business)."""
-    with torch.no_grad():
-        out = hf(idx, attention_mask=mask, output_attentions=True)
-    tr = trace(model, idx, attention_mask=mask)
-    real = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask.bool()
-    assert (tr["hook_logits"] - out.logits)[real].abs().max().item() < 1e-4
-    assert len(out.attentions) == model.config.n_layer
-    for layer, pattern in enumerate(out.attentions):  # (B, n_head, T, T)
-        ours = tr[act_name("pattern", layer)]
-        for b in range(idx.shape[0]):
-            assert (ours[b][:, real[b]] - pattern[b][:, real[b]]).abs().max().item() < 1e-5, (layer, b)
 
 
 def two_rows(tok) -> tuple[torch.Tensor, torch.Tensor]:
