@@ -445,3 +445,21 @@ def test_the_frequency_chart_draws_plain_and_scaled_on_a_log_axis():
     assert fig.layout.yaxis.type == "log"
     assert fig.layout.xaxis.title.text == "dimension pair i" and "frequency" in fig.layout.yaxis.title.text
     assert "Rotary frequencies" in figures.in_words(fig.to_dict())
+
+
+@pytest.mark.parametrize("rope, T", [
+    ({"rope_type": "dynamic", "factor": 2.0}, 4096),  # no max_position_embeddings: transformers' 2048
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256, "truncate": False}, 256),  # betas
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale_all_dim": 1.0}, 64),
+])
+def test_keys_a_config_leaves_out_take_transformers_defaults(tmp_path, rope, T):
+    """A config.json that leaves out max_position_embeddings, yarn's betas or one of its two mscales reads as
+    transformers reads it: the same frequencies (``ROPE_INIT_FUNCTIONS``) and the same attention factor."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d = {k: v for k, v in BASE.items() if k != "max_position_embeddings"}
+    d["rope_parameters"] = {"rope_theta": 500.0, **rope}
+    cfg = opened(tmp_path, d)
+    theirs, att = ROPE_INIT_FUNCTIONS[cfg.rope_type](hf_config(d), "cpu", seq_len=T)
+    assert torch.allclose(inverse_frequencies(cfg, seq_len=T), theirs.double(), rtol=1e-6, atol=0)
+    assert cfg.rope_attention_factor == pytest.approx(att, rel=1e-12)
