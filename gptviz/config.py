@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .config_moe import GLU_OSS, check_moe, is_moe_layer, mlp_params, moe_layer_params, moe_trace_floats, n_moe_layers
 from .config_rope import ROPE_TYPES as ROPE_TYPES  # re-exported: where the other choices are
 from .config_rope import check_rope_scaling
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "tanh", "silu", GLU_OSS)
 
 # Hard limits, checked before anything is allocated. A visualiser that tries to build a
 # 10-billion-parameter model on a laptop should say no, not freeze.
@@ -93,6 +94,19 @@ class ModelConfig:
     sliding_window: Optional[int] = None  # None: plain causal attention; else query i sees keys i-w+1 .. i
     sliding_layers: Optional[tuple[int, ...]] = None  # the layers with the window (sorted); None: every layer
     qk_norm: bool = False  # an RMSNorm over each head's query and key (gains q_norm, k_norm), before rotary
+    # Mixtures of experts (gptviz.config_moe says what each field means; gptviz.model.experts computes them)
+    n_expert: int = 0  # 0: a plain MLP; else that many experts and a router on the moe_layers
+    n_expert_active: int = 2  # the experts each token goes to (top-k)
+    d_expert: int = None  # type: ignore[assignment]  # each expert's hidden width; None = d_mlp
+    moe_layers: Optional[tuple[int, ...]] = None  # the layers whose MLP is a mixture (sorted); None: every layer
+    expert_renorm: bool = True  # the chosen experts' probabilities rescaled to sum to 1
+    d_shared_expert: int = 0  # a shared expert every token goes through (Qwen2-MoE), sigmoid-gated; 0: none
+    router_bias: bool = False
+    expert_bias: bool = False
+    router_aux_coef: float = 0.01  # training only: the load-balancing loss's weight (Switch Transformer's)
+    swiglu_limit: float = 7.0  # activation "gpt_oss_glu" only: the clamp
+    swiglu_alpha: float = 1.702  # activation "gpt_oss_glu" only: the sigmoid's slope
+    attn_sinks: bool = False  # GPT-OSS: a learned logit per head, a key every query sees that has no value
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -187,6 +201,7 @@ class ModelConfig:
         if (self.gated_mlp or self.n_kv_head != self.n_head or self.qk_norm) and self.n_enc_layer >= 0:
             raise ValueError("gated_mlp, n_kv_head and qk_norm are for decoder-only models (n_enc_layer=-1)")
         self._check_sliding_window()
+        check_moe(self)
 
     def _check_sliding_window(self) -> None:
         """``sliding_window``: None or a whole number of at least 1; ``sliding_layers``: None, or layer indices in
@@ -207,6 +222,10 @@ class ModelConfig:
             raise ValueError(f"sliding_layers={layers!r} must be layers of this model (0 to {self.n_layer - 1})")
         if any(a >= b for a, b in zip(layers, layers[1:])):
             raise ValueError(f"sliding_layers={layers!r} must be sorted, each layer once")
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether ``layer``'s MLP is a mixture of experts (``n_expert`` > 0, and the layer in ``moe_layers``)."""
+        return is_moe_layer(self, layer)
 
     def layer_window(self, layer: int) -> Optional[int]:
         """The sliding window of ``layer``'s self-attention: ``sliding_window`` if that layer uses it, else None."""
@@ -237,10 +256,12 @@ class ModelConfig:
         norm = C + (C if self.bias else 0)
         per_block = (norm + lin(C, self.d_attn + 2 * self.d_kv, self.qkv_bias)
                      + lin(self.d_attn, C, self.attn_proj_bias) + (2 * self.d_head if self.qk_norm else 0))
+        per_block += self.n_head if self.attn_sinks else 0
         if not self.attn_only:
-            per_block += norm + lin(C, self.d_mlp, self.bias) * (2 if self.gated_mlp else 1) + lin(self.d_mlp, C,
-                                                                                                   self.bias)
-        total = V * C + L * per_block + (V if self.head_bias else 0)
+            per_block += norm + mlp_params(self, self.d_mlp, self.bias)
+        moe = n_moe_layers(self)  # those layers have experts instead of the MLP
+        total = V * C + L * per_block + moe * (moe_layer_params(self) - mlp_params(self, self.d_mlp, self.bias))
+        total += V if self.head_bias else 0
         if self.n_enc_layer >= 0:  # each decoder block also has a norm and cross-attention (q, k, v, o)
             total += L * (norm + 3 * lin(C, self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias))
         if self.n_enc_layer > 0:  # the encoder: blocks like the decoder's without cross-attention
@@ -271,6 +292,7 @@ class ModelConfig:
             + B * T * self.d_attn  # z
             + (0 if self.attn_only else B * T * self.d_mlp * ((3 if self.gated_mlp else 2) - lean))  # mlp
         )
+        per_layer += moe_trace_floats(self, B, T) if self.n_expert else 0  # the worst case: every layer routes
         kept = self.n_layer if layers is None else layers
         total = (kept * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
                  + T * T * (1 if self.sliding_window is None else 2))  # + the causal mask (and the windowed one)

@@ -68,6 +68,28 @@ def build(family: str, folder, **extra):
                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
                                "head_dim": 32, "max_position_embeddings": 64, **extra})
         cls = T.GemmaForCausalLM
+    elif family == "mixtral":  # 4 experts of 24, top-2; grouped-query attention
+        cfg = T.MixtralConfig(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 24,
+                                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 64,
+                                 "sliding_window": None, **extra})
+        cls = T.MixtralForCausalLM
+    elif family == "qwen2_moe":  # 6 experts of 16, top-2, a shared expert of 20; layer 0 dense unless told
+        cfg = T.Qwen2MoeConfig(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 40,
+                                  "moe_intermediate_size": 16, "shared_expert_intermediate_size": 20,
+                                  "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "num_experts": 6, "num_experts_per_tok": 2, "mlp_only_layers": [0],
+                                  "max_position_embeddings": 64, **extra})
+        cls = T.Qwen2MoeForCausalLM
+    elif family == "gpt_oss":  # sinks, biases, 4 experts of 24, top-2; layer 0 slides (window 8), layer 1 full
+        cfg = T.GptOssConfig(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 24,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                "head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                "max_position_embeddings": 64, "sliding_window": 8,
+                                "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                                    "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                                                    "beta_slow": 1.0, "truncate": False}, **extra})
+        cls = T.GptOssForCausalLM
     else:
         cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                               num_attention_heads=3, max_position_embeddings=64,

@@ -10,7 +10,7 @@ from lazy_import import lazy
 transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
 from conftest import CONFIGS, random_ids
 
-from gptviz import GPT, CharBPETokenizer, trace
+from gptviz import GPT, CharBPETokenizer, ModelConfig, trace
 from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -131,3 +131,18 @@ def test_a_gpt2_file_with_64_wide_embeddings_and_4_heads_is_never_read_as_one_he
     with torch.no_grad():
         assert (load_checkpoint(p, n_head=4).model(idx)[0] - hf(idx).logits).abs().max() < 1e-5
         assert (load_checkpoint(p, n_head=1).model(idx)[0] - hf(idx).logits).abs().max() > 1e-4  # the old guess
+
+
+def test_a_safetensors_file_whose_first_byte_is_a_pickles_still_loads(tmp_path):
+    """A safetensors file opens with its header's length; when that length's low byte is 0x80 (a pickle's first byte,
+    one file in 256: the MoE checkpoint's first save was one) it is still read as safetensors."""
+    model = GPT(ModelConfig(n_layer=1, vocab_size=20, n_embd=8, n_head=2, block_size=8))
+    path = tmp_path / "m.safetensors"
+    for n in range(256):
+        save_checkpoint(path, model, None, pad="x" * n)
+        if path.read_bytes()[:1] == b"\x80":
+            break
+    assert path.read_bytes()[:1] == b"\x80"
+    loaded = load_checkpoint(path)
+    assert loaded.meta["pad"] == "x" * n
+    assert torch.equal(loaded.model.lm_head.weight, model.lm_head.weight)

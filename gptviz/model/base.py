@@ -91,7 +91,7 @@ class TransformerBase(nn.Module):
         std = self.config.init_std
         n_resid = self.residual_branches()
         for name, p in self.named_parameters():
-            if name.rsplit(".", 1)[-1] == "bias":
+            if name.rsplit(".", 1)[-1] in ("bias", "sinks"):  # an attention sink starts at logit 0
                 p.zero_()
             elif p.dim() == 1:  # norm weight
                 p.fill_(1.0)

@@ -114,6 +114,14 @@ def _read_bytes(src: Source) -> bytes:
     return data
 
 
+def _looks_like_safetensors(data: bytes) -> bool:
+    """A safetensors file opens with its JSON header's length (8 bytes, little-endian) and then the header, a JSON
+    object. That length's first byte can be anything, 0x80 (a pickle's opening byte) included: one file in 256
+    would be taken for a pickle if the first byte alone decided."""
+    n = int.from_bytes(data[:8], "little") if len(data) >= 9 else 0
+    return 2 <= n <= len(data) - 8 and data[8:9] == b"{"
+
+
 def load_checkpoint(src: Source, name: str = "", n_head: Optional[int] = None) -> Checkpoint:
     """Load a checkpoint from a path or bytes, whatever its format. Every failure is a ValueError.
 
@@ -124,7 +132,8 @@ def load_checkpoint(src: Source, name: str = "", n_head: Optional[int] = None) -
     """
     data = _read_bytes(src)
     name = name or (str(src) if not isinstance(src, (bytes, bytearray)) else "")
-    if data[:2] == b"PK" or data[:1] == b"\x80" or name.endswith((".pt", ".pth", ".ckpt", ".bin")):
+    if not _looks_like_safetensors(data) and (data[:2] == b"PK" or data[:1] == b"\x80"
+                                              or name.endswith((".pt", ".pth", ".ckpt", ".bin"))):
         return _load_torch(data, n_head)
     return _load_safetensors(data, n_head)
 

@@ -14,6 +14,7 @@ import torch.nn as nn
 
 from ..config import ModelConfig
 from .base import TransformerBase
+from .experts import MixtureOfExperts
 from .hook_points import HookPoint, Recorder
 from .layers import MLP, Embedding, HeadsAttention, Linear, Norm, sublayer, train_dropout
 
@@ -50,11 +51,13 @@ class Block(nn.Module):
         self.dropout = config.dropout
         self.attn_only = config.attn_only
         self.parallel = config.parallel_attn
+        self.moe = False  # a mixture of experts instead of the MLP (config.is_moe_layer)
         self.ln_1 = Norm(config, f"blocks.{layer}.ln1")
         self.attn = CausalSelfAttention(config, layer)
         if not self.attn_only:  # an attention-only block has no second norm and no MLP
             self.ln_2 = Norm(config, f"blocks.{layer}.ln2")
-            self.mlp = MLP(config, layer)
+            self.moe = config.is_moe_layer(layer)
+            self.mlp = MixtureOfExperts(config, layer) if self.moe else MLP(config, layer)
         p = f"blocks.{layer}."
         self.hook_resid_pre = HookPoint(p + "hook_resid_pre")  # (B, T, C)
         self.hook_attn_out = HookPoint(p + "hook_attn_out")  # (B, T, C)
@@ -72,7 +75,7 @@ class Block(nn.Module):
                      rec, train)
         if self.attn_only:
             return self.hook_resid_post(x, rec)  # (B, T, C)
-        return sublayer(self, x, lambda h: self.mlp(h, rec), self.ln_2,
+        return sublayer(self, x, lambda h: self.mlp(h, rec, train) if self.moe else self.mlp(h, rec), self.ln_2,
                         self.hook_mlp_out,  # (B, T, C)
                         self.hook_resid_post,  # (B, T, C)
                         rec, train)
@@ -148,4 +151,7 @@ class GPT(TransformerBase):
         self.check_inputs(idx, targets, attention_mask)
         logits = self.run(idx, attention_mask, train=self.training)
         loss = None if targets is None else self.token_loss(logits, targets)
+        if loss is not None and self.training and self.config.n_expert and self.config.router_aux_coef:
+            aux = [b.mlp.aux_loss for b in self.transformer.h if getattr(b, "moe", False)]
+            loss = loss + self.config.router_aux_coef * torch.stack(aux).mean()  # the experts' load balanced
         return logits, loss

@@ -32,10 +32,14 @@ GLOBAL_STEPS = ("embed", "pos_embed", "logits", "probs", "loss_per_token", "loss
 BLOCK_STEPS = ("resid_pre", "attn_out", "resid_mid", "cross_out", "resid_cross", "mlp_out", "resid_post")
 # The steps inside one attention, in the order they are computed.
 ATTENTION_STEPS = ("qkv", "q", "k", "v", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep", "scores_raw",
-                   "scores_scaled", "attn_scores", "pattern", "z")
+                   "scores_scaled", "attn_scores", "sink", "pattern", "z")
 CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS
-                              if s not in ("qkv", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep"))
-MLP_STEPS = ("pre", "pre_linear", "post")
+                              if s not in ("qkv", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep", "sink"))
+DENSE_MLP_STEPS = ("pre", "pre_linear", "post")
+# A mixture of experts' steps (gptviz.model.experts), in the order they are computed; the shared expert's two only
+# with one (Qwen2-MoE).
+EXPERT_STEPS = ("router_logits", "router_probs", "expert_weights", "expert_out", "shared_gate", "shared_out")
+MLP_STEPS = DENSE_MLP_STEPS + EXPERT_STEPS
 NORM_STEPS = ("scale", "normalized", "out")
 ATTENTIONS = ("attn", "cross_attn")
 BLOCK_NORMS = ("ln1", "ln2", "ln_cross")
@@ -153,12 +157,19 @@ def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[
         skip.add("qkv")
     if getattr(cfg, "n_kv_head", cfg.n_head) == cfg.n_head:
         skip |= {"k_rep", "v_rep"}
+    if not getattr(cfg, "attn_sinks", False):
+        skip.add("sink")
     return tuple(s for s in ATTENTION_STEPS if s not in skip)
 
 
-def mlp_steps(cfg) -> tuple[str, ...]:
-    """The steps one MLP of a model with config ``cfg`` records, in order (``pre_linear`` only when it is gated)."""
-    return MLP_STEPS if getattr(cfg, "gated_mlp", False) else tuple(s for s in MLP_STEPS if s != "pre_linear")
+def mlp_steps(cfg, layer: Optional[int] = None) -> tuple[str, ...]:
+    """The steps one MLP of a model with config ``cfg`` records, in order (``pre_linear`` only when it is gated). A
+    layer whose MLP is a mixture of experts (``cfg.is_moe_layer(layer)``) records the router's and the experts'
+    steps instead (the shared expert's only when it has one); without a ``layer``, a dense layer's."""
+    if layer is not None and getattr(cfg, "n_expert", 0) > 0 and cfg.is_moe_layer(layer):
+        shared = {"shared_gate", "shared_out"} if cfg.d_shared_expert else set()
+        return tuple(s for s in EXPERT_STEPS if s not in {"shared_gate", "shared_out"} - shared)
+    return DENSE_MLP_STEPS if getattr(cfg, "gated_mlp", False) else ("pre", "post")
 
 
 def _block_act_names(cfg, layer: int, encoder: bool) -> list[str]:
@@ -171,7 +182,8 @@ def _block_act_names(cfg, layer: int, encoder: bool) -> list[str]:
         sublayers.append(("ln_cross", [name(s, "cross_attn") for s in CROSS_ATTENTION_STEPS],
                           "cross_out", "resid_cross"))
     if not cfg.attn_only:
-        sublayers.append(("ln2", [name(s, "mlp") for s in mlp_steps(cfg)], "mlp_out", "resid_post"))
+        sublayers.append(("ln2", [name(s, "mlp") for s in mlp_steps(cfg, None if encoder else layer)], "mlp_out",
+                          "resid_post"))
     for norm, inner, sub_out, resid in sublayers:
         norm_names = [name(s, norm) for s in NORM_STEPS]
         out += (norm_names + inner + [name(sub_out)]) if pre else (inner + [name(sub_out)] + norm_names)

@@ -156,6 +156,9 @@ class HeadsAttention(nn.Module):
         if self.n_kv_head != self.n_head:
             self.hook_k_rep = HookPoint(prefix + "hook_k_rep")  # (B, S, nh, hs)
             self.hook_v_rep = HookPoint(prefix + "hook_v_rep")  # (B, S, nh, hs)
+        if config.attn_sinks:  # GPT-OSS: one learned logit per head, a key with no value that every query sees
+            self.sinks = nn.Parameter(torch.zeros(config.n_head))
+            self.hook_sink = HookPoint(prefix + "hook_sink")  # (B, nh, T, 1)
         self.hook_scores_raw = HookPoint(prefix + "hook_scores_raw")  # (B, nh, T, S)
         self.hook_scores_scaled = HookPoint(prefix + "hook_scores_scaled")  # (B, nh, T, S)
         self.hook_attn_scores = HookPoint(prefix + "hook_attn_scores")  # (B, nh, T, S)
@@ -187,7 +190,12 @@ class HeadsAttention(nn.Module):
         att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, S)
         att = self.hook_scores_scaled(att / math.sqrt(hs), rec)  # (B, nh, T, S)
         att = self.hook_attn_scores(att.masked_fill(~allowed, float("-inf")), rec)  # (B, nh, T, S)
-        if dead is None:
+        if hasattr(self, "sinks"):  # the sink is one more column in the softmax, dropped after it
+            sink = self.sinks.view(1, nh, 1, 1).expand(B, nh, T, 1)
+            att = F.softmax(torch.cat([att, sink], dim=-1), dim=-1)  # (B, nh, T, S + 1)
+            self.hook_sink(att[..., -1:], rec)  # (B, nh, T, 1): the weight the sink takes, 1 - the row's sum
+            att = att[..., :-1]
+        elif dead is None:
             att = F.softmax(att, dim=-1)
         else:  # a row with every key masked would be 0/0: give it all zeros instead of NaN
             att = F.softmax(att.masked_fill(dead, 0.0), dim=-1).masked_fill(~allowed, 0.0)

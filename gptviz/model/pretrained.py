@@ -34,8 +34,9 @@ import torch
 from ..config import ModelConfig
 from ..text.hf_tokenizer import HFTokenizer
 from .gpt import GPT
-from .hf_families import FAMILIES, in_config_terms
+from .hf_families import in_config_terms
 from .hf_gpt2 import load_state
+from .hf_registry import FAMILIES
 
 MAX_CONFIG_BYTES = 1_000_000
 MAX_INDEX_BYTES = 10_000_000

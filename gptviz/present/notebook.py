@@ -99,7 +99,7 @@ def notebook_for(ctx: Ctx):
                          + "x, y, mask = batch.x, batch.y, batch.attention_mask"),
         v4.new_code_cell(f"spec = json.loads({json.dumps(spec)!r})  # the edits made in the app\n"
                          "edits = None if edit_specs.is_empty(spec) else edit_specs.from_spec(spec, "
-                         "model.config.n_layer, model.config.n_head)\n"
+                         "model.config.n_layer, model.config.n_head, model.config)\n"
                          "tr = trace(model, x, targets=y, attention_mask=mask, edits=edits)\n"
                          "print(f'loss {tr.loss:.4f}')"),
         v4.new_code_cell(f"name = act_name('pattern', {layer})\ninfo = step_info(tr, name)\n"

@@ -7,11 +7,11 @@ from typing import Any, Optional
 from ..config import ModelConfig
 from ..model.build import build_model
 from ..model.checkpoint import load_checkpoint
+from ..paths import CHECKPOINTS
 from ..run.trace import Trace
 from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 from . import page_context
 
-CHECKPOINTS = page_context.CHECKPOINTS
 Entry = page_context.Entry
 
 

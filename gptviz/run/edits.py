@@ -3,10 +3,13 @@
 A spec is what an app keeps in its session and in a cache key:
 
     {"set": [{"name": "hook_embed", "index": [0, 3], "values": [0.1, -0.2, ...]}, ...],
-     "heads_off": [[layer, head], ...]}
+     "heads_off": [[layer, head], ...],
+     "experts_off": [[layer, expert], ...]}
 
 ``set`` writes ``values`` at ``index`` of a recorded tensor; ``heads_off`` zeroes a head's attention
-weights (so its weighted values, and its share of the attention output, are zero too).
+weights (so its weighted values, and its share of the attention output, are zero too); ``experts_off`` takes an
+expert out of a mixture's choice: its router logit becomes -inf, so its probability is 0 and each token goes to the
+best experts that are left (an empty ``experts_off`` is left out of a spec, so older specs keep their keys).
 """
 from __future__ import annotations
 
@@ -27,7 +30,11 @@ def empty() -> dict:
 
 def normalise(spec: Optional[dict]) -> dict:
     spec = spec or {}
-    return {"set": list(spec.get("set", [])), "heads_off": sorted({tuple(h) for h in spec.get("heads_off", [])})}
+    out = {"set": list(spec.get("set", [])), "heads_off": sorted({tuple(h) for h in spec.get("heads_off", [])})}
+    experts = sorted({tuple(e) for e in spec.get("experts_off", [])})
+    if experts:
+        out["experts_off"] = experts
+    return out
 
 
 def spec_key(spec: Optional[dict]) -> str:
@@ -37,14 +44,23 @@ def spec_key(spec: Optional[dict]) -> str:
 
 def is_empty(spec: Optional[dict]) -> bool:
     s = normalise(spec)
-    return not s["set"] and not s["heads_off"]
+    return not s["set"] and not s["heads_off"] and not s.get("experts_off")
 
 
-def from_spec(spec: Optional[dict], n_layer: int, n_head: int) -> dict[str, Any]:
-    """The ``edits`` dict for ``trace``. Raises ValueError for a head or index that does not exist."""
+def from_spec(spec: Optional[dict], n_layer: int, n_head: int, config=None) -> dict[str, Any]:
+    """The ``edits`` dict for ``trace``. Raises ValueError for a head, expert or index that does not exist
+    (``config``, the model's, says which layers have experts and how many; without it no expert can be off)."""
     s = normalise(spec)
+    for layer, expert in s.get("experts_off", []):
+        n_expert = getattr(config, "n_expert", 0)
+        if not (0 <= layer < n_layer and 0 <= expert < n_expert and config.is_moe_layer(layer)):
+            raise ValueError(f"there is no expert {expert} in layer {layer} of this model")
+        s["set"].append({"name": f"blocks.{layer}.mlp.hook_router_logits", "expert_off": expert})
     by_name: dict[str, list] = defaultdict(list)
     for item in s["set"]:
+        if "expert_off" in item:
+            by_name[item["name"]].append(("expert", int(item["expert_off"])))
+            continue
         by_name[item["name"]].append((tuple(int(i) for i in item["index"]),
                                       np.asarray(item["values"], dtype=np.float32)))
     for layer, head in s["heads_off"]:
@@ -59,6 +75,9 @@ def _writer(name: str, items: list):
         for item in items:
             if item[0] == "head":
                 t[:, item[1]] = 0.0
+                continue
+            if item[0] == "expert":  # the router's logits (B, T, E): this expert is never chosen
+                t[..., item[1]] = float("-inf")
                 continue
             index, values = item
             try:

@@ -26,6 +26,7 @@ BHQS = ("batch", "head", "query_pos", "enc_pos")
 BTM = ("batch", "pos", "d_mlp")
 BTV = ("batch", "pos", "vocab")
 BT1 = ("batch", "pos", "scale")
+BTE = ("batch", "pos", "expert")  # a mixture of experts: one value per token and expert
 
 _ATTENTION = {
     "hook_qkv": (("batch", "pos", "qkv"), SIGNED),
@@ -35,6 +36,7 @@ _ATTENTION = {
     "hook_k_rep": (BTHD, SIGNED), "hook_v_rep": (BTHD, SIGNED),  # grouped-query attention: k, v per query head
     "hook_scores_raw": (BHQK, SIGNED), "hook_scores_scaled": (BHQK, SIGNED),
     "hook_attn_scores": (BHQK, MASKED), "hook_pattern": (BHQK, PROBABILITY), "hook_z": (BTHD, SIGNED),
+    "hook_sink": (("batch", "head", "query_pos", "sink"), PROBABILITY),  # GPT-OSS: the weight the sink takes
 }
 _NORM = {"hook_scale": (BT1, NONNEGATIVE), "hook_normalized": (BTC, SIGNED), "hook_out": (BTC, SIGNED)}
 # every step of a decoder-only GPT: name without "blocks.{l}." -> (stage, axes, kind)
@@ -49,6 +51,13 @@ STEPS = {
     "mlp.hook_pre": ("mlp", BTM, SIGNED),
     "mlp.hook_pre_linear": ("mlp", BTM, SIGNED),  # a gated MLP's second projection
     "mlp.hook_post": ("mlp", BTM, SIGNED),
+    # a mixture of experts (gptviz.model.experts); the router's logits are -inf for an expert switched off
+    "mlp.hook_router_logits": ("mlp", BTE, MASKED),
+    "mlp.hook_router_probs": ("mlp", BTE, PROBABILITY),
+    "mlp.hook_expert_weights": ("mlp", BTE, PROBABILITY),
+    "mlp.hook_expert_out": ("mlp", ("batch", "pos", "expert", "d_model"), SIGNED),
+    "mlp.hook_shared_gate": ("mlp", ("batch", "pos", "gate"), PROBABILITY),
+    "mlp.hook_shared_out": ("mlp", BTC, SIGNED),
     "hook_mlp_out": ("mlp", BTC, SIGNED),
     "hook_resid_post": ("residual", BTC, SIGNED),
     "hook_logits": ("output", BTV, SIGNED),
@@ -65,7 +74,7 @@ SEQ2SEQ_STEPS = {
        for part, (axes, kind) in _NORM.items()},
     **{f"cross_attn.{part}": ("cross_attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()
        if part not in ("hook_qkv", "hook_q_normed", "hook_k_normed", "hook_rot_q", "hook_rot_k", "hook_k_rep",
-                       "hook_v_rep")},
+                       "hook_v_rep", "hook_sink")},
     "hook_cross_out": ("cross_attention", BTC, SIGNED),
     "hook_resid_cross": ("residual", BTC, SIGNED),
 }

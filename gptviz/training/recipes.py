@@ -5,6 +5,7 @@
     python -m gptviz.train --task text --out checkpoints/text.safetensors
     python -m gptviz.train --task shakespeare --out checkpoints/shakespeare.safetensors
     python -m gptviz.train --task shakespeare-induction --out checkpoints/induction-heads.safetensors
+    python -m gptviz.train --task shakespeare-moe --out checkpoints/shakespeare-moe.safetensors --threads 1
     python -m gptviz.train --task reverse --out checkpoints/reverse.safetensors --threads 1
 
 Seeded: the same command gives the same weights on the same machine and library versions.
@@ -24,6 +25,7 @@ import torch
 
 from ..config import ModelConfig
 from ..interp import head_detector
+from ..interp.experts import expert_load, held_out_windows
 from ..model.checkpoint import save_checkpoint
 from ..model.gpt import GPT
 from ..text import corpus
@@ -37,6 +39,13 @@ CORPUS_RECIPES = {
     "shakespeare": dict(model=dict(n_layer=4, n_head=4, n_embd=128, init_std=0.02),
                         steps=3000, batch_size=32, lr=1e-3, warmup=100, schedule="cosine", weight_decay=0.1,
                         induction_share=0.0, eval_every=250),
+    # the Shakespeare GPT with a mixture of experts in every layer: 8 experts of 256 (GELU, as the GPT's MLP), each
+    # token routed to 2, so a token runs through as many MLP weights as in the GPT (2 x 256 = its 512) while the
+    # model holds four times as many; the Switch Transformer's load-balancing loss at 0.01 keeps every expert used
+    "shakespeare-moe": dict(model=dict(n_layer=4, n_head=4, n_embd=128, init_std=0.02, n_expert=8, n_expert_active=2,
+                                       d_expert=256, router_aux_coef=0.01),
+                            steps=3000, batch_size=32, lr=1e-3, warmup=100, schedule="cosine", weight_decay=0.1,
+                            induction_share=0.0, eval_every=250),
     # two attention-only layers, 8 heads of 32: induction heads, and held-out loss within 0.1 nats/char of the GPT.
     # Rotary positions make a previous-token head easy to express. For the first 600 steps every row starts
     # with a random run repeated twice: the induction circuit gets a strong signal and forms within ~400
@@ -119,6 +128,10 @@ def _train_corpus(a, argv) -> int:
                 probe_loss_first=pr["loss_first"], probe_loss_second=pr["loss_second"],
                 induction_step=jump, curve=curve, example=task.example(), scoring="all",
                 command="python -m gptviz.train " + " ".join(argv if argv is not None else sys.argv[1:]))
+    if model.config.n_expert:  # each layer's share of routing choices per expert, over the held-out plays
+        load = expert_load(model, held_out_windows(task.tokenizer, task.block_size, max_windows=256))
+        meta["expert_load"] = {str(layer): np.round(v, 4).tolist() for layer, v in load.items()}
+        meta["expert_load_windows"] = 256
     save_checkpoint(a.out, model, task.tokenizer, **meta)
     if a.task == "shakespeare-induction":
         # snapshots for the Training page's replay: every 1000 steps, and every evaluation (50 steps) within

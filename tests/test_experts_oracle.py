@@ -1,0 +1,339 @@
+"""Mixtures of experts (issue 38): gptviz's MoE GPT against a hand-written router and experts, and Mixtral, Qwen2-MoE
+and GPT-OSS folders against ``transformers``' own models on the same folder.
+
+Independent computations only: the oracle below computes every expert on every token with plain tensor algebra and
+keeps the top k by a sort (not ``topk``, not gptviz's dispatch); transformers' routers are caught with torch forward
+hooks; GPT-OSS's sinks are checked as a softmax over the scores with one more column, written out here."""
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hf_models import build, compare, long_ids
+from lazy_import import lazy
+
+import gptviz
+from gptviz import GPT, ModelConfig, trace
+from gptviz.interp.experts import expert_load, load_from_weights, top_routed
+from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
+from gptviz.model.experts import load_balance_loss
+from gptviz.model.hook_names import act_name, act_names, mlp_steps, parse_act_name
+from gptviz.run import edits
+
+transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
+tokenizers = pytest.importorskip("tokenizers")
+
+
+def small_moe(**kw) -> GPT:
+    cfg = dict(vocab_size=40, block_size=24, n_layer=2, n_head=2, n_embd=16, n_expert=5, n_expert_active=2, d_expert=8,
+               seed=3)
+    model = GPT(ModelConfig(**{**cfg, **kw}))
+    with torch.no_grad():  # biases and gains away from their initial 0 and 1, so a dropped one shows
+        g = torch.Generator().manual_seed(7)
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def oracle_moe(mlp, x, off=()):
+    """One mixture layer by hand: every expert on every token, the router's top k by sorting the probabilities
+    (``off`` experts excluded), renormalised if the config says so, and the weighted sum."""
+    cfg = mlp.config
+    W_r = mlp.router.weight
+    logits = x @ W_r.T + (mlp.router.bias if mlp.router.bias is not None else 0)
+    for e in off:
+        logits = logits.clone()
+        logits[..., e] = float("-inf")
+    probs = logits.softmax(-1)
+    order = probs.argsort(dim=-1, descending=True, stable=True)[..., :cfg.n_expert_active]
+    keep = torch.zeros_like(probs).scatter(-1, order, 1.0)
+    w = probs * keep
+    if cfg.expert_renorm:
+        w = w / w.sum(-1, keepdim=True)
+    outs = []
+    for e in range(cfg.n_expert):
+        u = x @ mlp.c_fc.weight[e].T + (mlp.c_fc.bias[e] if mlp.c_fc.bias is not None else 0)
+        if hasattr(mlp, "c_gate"):
+            g = x @ mlp.c_gate.weight[e].T + (mlp.c_gate.bias[e] if mlp.c_gate.bias is not None else 0)
+            h = F.silu(g) * u
+        else:
+            h = F.gelu(u, approximate="tanh")
+        outs.append(h @ mlp.c_proj.weight[e].T + (mlp.c_proj.bias[e] if mlp.c_proj.bias is not None else 0))
+    out = torch.stack(outs, dim=-2)  # (B, T, E, C)
+    return logits, probs, w, out, (w[..., None] * out).sum(-2)
+
+
+def rows_with_padding():
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 40, (3, 20), generator=g)
+    mask = torch.ones_like(idx)
+    mask[2, :6] = 0
+    return idx, mask
+
+
+# --------------------------------------------------------------------------- gptviz's own MoE GPT, by hand
+@pytest.mark.parametrize("kw", [dict(), dict(gated_mlp=True, activation="silu", expert_renorm=False,
+                                             router_bias=True, expert_bias=True, n_expert_active=3)])
+def test_every_step_of_a_mixture_equals_a_hand_written_router_and_experts(kw):
+    """Each layer's router logits, probabilities, weights (the chosen experts' only), each expert's output where
+    chosen, and mlp_out, on three rows (the third left-padded): against the oracle run on the recorded ln2 output."""
+    model = small_moe(**kw)
+    idx, mask = rows_with_padding()
+    tr = trace(model, idx, attention_mask=mask)
+    for layer in range(2):
+        x = torch.as_tensor(np.asarray(tr[act_name("out", layer, "ln2")]))
+        logits, probs, w, out, y = oracle_moe(model.transformer.h[layer].mlp, x)
+        ours = {s: torch.as_tensor(np.asarray(tr[act_name(s, layer)])) for s in mlp_steps(model.config, layer)}
+        assert torch.allclose(ours["router_logits"], logits, atol=1e-5)
+        assert torch.allclose(ours["router_probs"], probs, atol=1e-6)
+        assert torch.allclose(ours["expert_weights"], w, atol=1e-6)
+        assert ((ours["expert_weights"] > 0).sum(-1) == model.config.n_expert_active).all()
+        chosen = w > 0
+        assert torch.allclose(ours["expert_out"][chosen], out[chosen], atol=1e-5)
+        assert (ours["expert_out"][~chosen] == 0).all()  # an expert not chosen for a token never ran on it
+        assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("mlp_out", layer)])), y, atol=1e-5)
+    assert [n for n in act_names(model.config) if ".mlp." in n][:4] == [
+        "blocks.0.mlp.hook_router_logits", "blocks.0.mlp.hook_router_probs", "blocks.0.mlp.hook_expert_weights",
+        "blocks.0.mlp.hook_expert_out"]
+    assert list(tr) == act_names(model.config)
+    assert parse_act_name("blocks.1.mlp.hook_expert_out").step == "expert_out"
+
+
+def test_a_plain_forward_equals_the_trace_and_the_parameter_count_is_the_models():
+    model = small_moe(d_shared_expert=12, gated_mlp=True, activation="silu", moe_layers=[1], n_layer=3)
+    idx, mask = rows_with_padding()
+    assert torch.equal(model(idx, attention_mask=mask)[0], torch.as_tensor(np.asarray(trace(model, idx,
+                                                                              attention_mask=mask)["hook_logits"])))
+    assert model.config.num_params() == sum(p.numel() for p in model.parameters())
+    assert not hasattr(model.transformer.h[0].mlp, "router") and hasattr(model.transformer.h[1].mlp, "router")
+    assert mlp_steps(model.config, 0) == ("pre", "pre_linear", "post")
+    assert mlp_steps(model.config, 1)[-2:] == ("shared_gate", "shared_out")
+
+
+def test_the_shared_expert_adds_its_sigmoid_gated_output():
+    model = small_moe(d_shared_expert=12, gated_mlp=True, activation="silu")
+    idx, _ = rows_with_padding()
+    tr = trace(model, idx)
+    mlp = model.transformer.h[1].mlp
+    x = torch.as_tensor(np.asarray(tr[act_name("out", 1, "ln2")]))
+    *_, routed = oracle_moe(mlp, x)
+    s = mlp.shared
+    gate = torch.sigmoid(x @ mlp.shared_gate.weight.T)
+    shared = (F.silu(x @ s.c_gate.weight.T) * (x @ s.c_fc.weight.T)) @ s.c_proj.weight.T
+    assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("shared_gate", 1)])), gate, atol=1e-6)
+    assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("mlp_out", 1)])), routed + gate * shared, atol=1e-5)
+
+
+def test_switching_an_expert_off_routes_each_token_to_the_best_experts_left():
+    model = small_moe()
+    idx, mask = rows_with_padding()
+    before = trace(model, idx, attention_mask=mask)
+    spec = {"set": [], "heads_off": [], "experts_off": [[1, 2], [1, 4]]}
+    tr = trace(model, idx, attention_mask=mask, edits=edits.from_spec(spec, 2, 2, model.config))
+    w = np.asarray(tr[act_name("expert_weights", 1)])
+    assert (w[..., [2, 4]] == 0).all() and ((w > 0).sum(-1) == 2).all()
+    assert np.isneginf(np.asarray(tr[act_name("router_logits", 1)])[..., [2, 4]]).all()
+    assert (np.asarray(tr[act_name("router_probs", 1)])[..., [2, 4]] == 0).all()  # shown as probability 0
+    x = torch.as_tensor(np.asarray(tr[act_name("out", 1, "ln2")]))
+    *_, y = oracle_moe(model.transformer.h[1].mlp, x, off=(2, 4))
+    assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("mlp_out", 1)])), y, atol=1e-5)
+    assert np.array_equal(np.asarray(tr[act_name("mlp_out", 0)]), np.asarray(before[act_name("mlp_out", 0)]))
+    assert (np.asarray(before[act_name("expert_weights", 1)])[..., [2, 4]] > 0).any()  # it did route there before
+    assert not np.allclose(np.asarray(tr["hook_logits"]), np.asarray(before["hook_logits"]))
+    assert edits.spec_key({"set": [], "heads_off": []}) == edits.spec_key(None)  # older specs keep their keys
+    assert not edits.is_empty(spec)
+    with pytest.raises(ValueError, match="^there is no expert 5 in layer 1 of this model$"):
+        edits.from_spec({"experts_off": [[1, 5]]}, 2, 2, model.config)
+    with pytest.raises(ValueError, match="^there is no expert 0 in layer 0 of this model$"):
+        edits.from_spec({"experts_off": [[0, 0]]}, 2, 2, GPT(ModelConfig(n_layer=2)).config)
+
+
+def test_the_load_balancing_loss_is_switch_transformers_and_training_adds_it():
+    model = small_moe(router_aux_coef=0.05)
+    idx, _ = rows_with_padding()
+    g = torch.Generator().manual_seed(1)
+    probs = torch.rand(3, 7, 5, generator=g).softmax(-1)
+    chosen = probs.topk(2, dim=-1).indices
+    f = torch.tensor([(chosen == e).float().sum().item() for e in range(5)]) / chosen.numel()
+    assert torch.allclose(load_balance_loss(probs, chosen, 5), 5 * (f * probs.mean(dim=(0, 1))).sum())
+    even = torch.full((1, 4, 4), 0.25)
+    assert torch.allclose(load_balance_loss(even, torch.tensor([[[0], [1], [2], [3]]]), 4), torch.tensor(1.0))
+    model.eval()
+    plain = model(idx, idx)[1]
+    model.train()
+    trained = model(idx, idx)[1]  # dropout is 0: the only difference is the routers' loss
+    aux = torch.stack([b.mlp.aux_loss for b in model.transformer.h]).mean()
+    assert torch.allclose(trained, plain + 0.05 * aux, atol=1e-6) and aux > 0.9
+
+
+def test_the_load_counts_choices_and_top_routed_lists_the_strongest():
+    model = small_moe()
+    idx, mask = rows_with_padding()
+    tr = trace(model, idx, attention_mask=mask)
+    w = np.asarray(tr[act_name("expert_weights", 0)])
+    real = mask.numpy().astype(bool)
+    by_hand = np.array([(w[real][:, e] > 0).sum() for e in range(5)]) / (real.sum() * 2)
+    assert np.allclose(load_from_weights(w, real), by_hand) and np.isclose(by_hand.sum(), 1.0)
+    loads = expert_load(model, idx, batch_size=2)  # in two batches, every position (no padding mask)
+    w_all = np.asarray(trace(model, idx)[act_name("expert_weights", 0)])
+    every = np.array([(w_all.reshape(-1, 5)[:, e] > 0).sum() for e in range(5)]) / (w.shape[0] * w.shape[1] * 2)
+    assert np.allclose(loads[0], every)
+    toks = [f"t{i}" for i in range(20)]
+    top = top_routed(w[1], toks, 3, k=4)
+    ws = w[1][:, 3]
+    assert [p for p, _, _ in top] == [int(i) for i in np.argsort(-ws, kind="stable") if ws[i] > 0][:4]
+    assert all(t == f"t{p}" and np.isclose(v, ws[p]) for p, t, v in top)
+
+
+def test_a_mixture_checkpoint_saves_and_loads(tmp_path):
+    model = small_moe(d_shared_expert=12, gated_mlp=True, activation="silu", moe_layers=[1], expert_bias=True)
+    save_checkpoint(tmp_path / "moe.safetensors", model, None, task="t")
+    loaded = load_checkpoint(tmp_path / "moe.safetensors").model
+    idx, _ = rows_with_padding()
+    assert loaded.config == model.config
+    assert torch.equal(loaded(idx)[0], model(idx)[0])
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(n_expert_active=6), "n_expert_active=6 must be from 1 to n_expert=5: the experts each token goes to"),
+    (dict(n_expert=0, d_shared_expert=8), "d_shared_expert=8 needs experts: set n_expert (0 means a plain MLP in "
+                                          "every layer)"),
+    (dict(moe_layers=[2]), "moe_layers=(2,) must be layers of this model (0 to 1)"),
+    (dict(moe_layers=[1, 0]), "moe_layers=(1, 0) must be sorted, each layer once"),
+    (dict(attn_only=True), "n_expert=5 needs a decoder-only model whose blocks have an MLP (attn_only=False, "
+                           "n_enc_layer=-1)"),
+    (dict(n_expert=-1), "n_expert=-1 must be a whole number of at least 0"),
+])
+def test_a_bad_mixture_is_refused_naming_the_field(kw, message):
+    base = dict(vocab_size=40, n_layer=2, n_head=2, n_embd=16, n_expert=5, d_expert=8)
+    with pytest.raises(ValueError) as err:
+        ModelConfig(**{**base, **kw})
+    assert str(err.value) == message
+
+
+# --------------------------------------------------------------------------- transformers' own MoE models
+def two_rows(tok):
+    ids = long_ids(tok, 40)
+    two = torch.tensor([ids, ids[::-1]])
+    mask = torch.ones_like(two)
+    mask[1, :5] = 0
+    return two, mask
+
+
+def routers(hf, idx, mask=None) -> dict:
+    """transformers' router outputs per layer, caught by forward hooks: (logits, scores, indices)."""
+    got, handles = {}, []
+    for l, layer in enumerate(hf.model.layers):
+        mlp = getattr(layer, "block_sparse_moe", None) or layer.mlp
+        r = getattr(mlp, "gate", None) if not hasattr(mlp, "router") else mlp.router
+        if r is None or not hasattr(r, "top_k"):
+            continue
+        handles.append(r.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(l, o)))
+    with torch.no_grad():
+        hf(idx, attention_mask=mask)
+    for h in handles:
+        h.remove()
+    return got
+
+
+def check_routing(hf, model, idx, mask=None):
+    tr = trace(model, idx, attention_mask=mask)
+    got = routers(hf, idx, mask)
+    assert sorted(got) == [l for l in range(model.config.n_layer) if model.config.is_moe_layer(l)]
+    real = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask.bool()
+    for l, (logits, scores, indices) in got.items():
+        E = model.config.n_expert
+        keep = real.reshape(-1)  # a padded position's routing is transformers' own business
+        ours = torch.as_tensor(np.asarray(tr[act_name("router_logits", l)])).reshape(-1, E)
+        assert torch.allclose(ours[keep], logits[keep], atol=1e-5)
+        w = torch.zeros(logits.shape[0], E).scatter(-1, indices, scores)
+        ours_w = torch.as_tensor(np.asarray(tr[act_name("expert_weights", l)])).reshape(-1, E)
+        assert torch.allclose(ours_w[keep], w[keep], atol=1e-6), l
+
+
+@pytest.mark.parametrize("extra", [{}, {"sliding_window": 8}, {"tie_word_embeddings": True}])
+def test_a_mixtral_folder_matches_transformers(tmp_path, extra):
+    """Logits and every pattern (one row; two rows, left-padded), and each layer's router logits and the weights of
+    the chosen experts; a sliding window shorter than the 40-token text."""
+    hf = build("mixtral", tmp_path, **extra)
+    model, tok = gptviz.from_pretrained(tmp_path)
+    c = model.config
+    assert (c.n_expert, c.n_expert_active, c.d_expert, c.expert_renorm, c.moe_layers, c.sliding_window) == \
+        (4, 2, 24, True, None, extra.get("sliding_window"))
+    one = torch.tensor([long_ids(tok, 40)])
+    compare(hf, model, one)
+    compare(hf, model, *two_rows(tok))
+    check_routing(hf, model, one)
+    check_routing(hf, model, *two_rows(tok))
+    assert "4 experts 24 wide, each token routed to 2" in model.family_note
+
+
+@pytest.mark.parametrize("renorm", [False, True])
+def test_a_qwen2_moe_folder_matches_transformers(tmp_path, renorm):
+    """Layer 0 dense (mlp_only_layers), 1 and 2 mixtures with a shared expert; norm_topk_prob both ways."""
+    hf = build("qwen2_moe", tmp_path, norm_topk_prob=renorm)
+    model, tok = gptviz.from_pretrained(tmp_path)
+    c = model.config
+    assert (c.n_expert, c.d_expert, c.d_shared_expert, c.moe_layers, c.expert_renorm, c.d_mlp, c.qkv_bias) == \
+        (6, 16, 20, (1, 2), renorm, 40, True)
+    compare(hf, model, torch.tensor([long_ids(tok, 40)]))
+    compare(hf, model, *two_rows(tok))
+    check_routing(hf, model, *two_rows(tok))
+    got = {}
+    hf.model.layers[2].mlp.shared_expert.register_forward_hook(lambda m, i, o: got.__setitem__("s", o))
+    gate = hf.model.layers[2].mlp.shared_expert_gate
+    gate.register_forward_hook(lambda m, i, o: got.__setitem__("g", o))
+    one = torch.tensor([long_ids(tok, 40)])
+    with torch.no_grad():
+        hf(one)
+    tr = trace(model, one)
+    assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("shared_out", 2)]))[0],
+                          torch.sigmoid(got["g"]) * got["s"], atol=1e-5)
+
+
+def test_a_qwen2_moe_folder_without_a_mixture_says_to_open_it_as_qwen2(tmp_path):
+    build("qwen2_moe", tmp_path, decoder_sparse_step=4)
+    with pytest.raises(ValueError) as err:
+        gptviz.from_pretrained(tmp_path)
+    assert str(err.value) == ("config.json's decoder_sparse_step and mlp_only_layers leave no layer with experts: it "
+                              "is a dense Qwen2 model; give it model_type 'qwen2'")
+
+
+def test_a_gpt_oss_folder_matches_transformers_with_its_sinks(tmp_path):
+    """Sinks, q/k/v/o biases, router and expert biases, the clamped gated unit, interleaved gate/up, YaRN, and a
+    window of 8 on layer 0 only: logits, patterns, routing; each row's weights plus the sink's sum to 1."""
+    hf = build("gpt_oss", tmp_path)
+    model, tok = gptviz.from_pretrained(tmp_path)
+    c = model.config
+    assert (c.attn_sinks, c.router_bias, c.expert_bias, c.activation, c.sliding_layers, c.rope_type) == \
+        (True, True, True, "gpt_oss_glu", (0,), "yarn")
+    with torch.no_grad():  # sinks away from 0 and some gate/up values past the clamp (7), so a missed one shows
+        for layer in hf.model.layers:
+            layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, 4))
+            layer.mlp.experts.gate_up_proj.mul_(25.0)
+    hf.save_pretrained(str(tmp_path))
+    model, tok = gptviz.from_pretrained(tmp_path)
+    one = torch.tensor([long_ids(tok, 40)])
+    compare(hf, model, one)
+    compare(hf, model, *two_rows(tok))
+    check_routing(hf, model, one)
+    tr = trace(model, one)
+    pattern = np.asarray(tr[act_name("pattern", 1)])
+    sink = np.asarray(tr[act_name("sink", 1)])
+    assert np.allclose(pattern.sum(-1) + sink[..., 0], 1.0, atol=1e-6) and (sink > 0).all() and sink.max() > 0.5
+    scores = torch.as_tensor(np.asarray(tr[act_name("attn_scores", 1)]))
+    sinks = hf.model.layers[1].self_attn.sinks.detach()
+    by_hand = torch.cat([scores, sinks.view(1, 4, 1, 1).expand(1, 4, 40, 1)], -1).softmax(-1)
+    assert torch.allclose(torch.as_tensor(pattern), by_hand[..., :-1], atol=1e-6)
+
+
+def test_a_quantised_gpt_oss_folder_is_refused_before_its_weights_are_read(tmp_path):
+    build("gpt_oss", tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**d, "quantization_config": {"quant_method": "mxfp4"}}))
+    with pytest.raises(ValueError) as err:
+        gptviz.from_pretrained(tmp_path)
+    assert str(err.value) == ("config.json has a quantization_config (GPT-OSS is released in MXFP4): gptviz reads "
+                              "float weights only; load the model in transformers (which dequantises it) and "
+                              "save_pretrained it")
