@@ -68,6 +68,11 @@ def build(family: str, folder, **extra):
                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
                                "head_dim": 32, "max_position_embeddings": 64, **extra})
         cls = T.GemmaForCausalLM
+    elif family == "phi3":  # fused qkv_proj and gate_up_proj; 2 key/value heads; no window unless told
+        cfg = T.Phi3Config(**{"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+                              "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **extra})
+        cls = T.Phi3ForCausalLM
     else:
         cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                               num_attention_heads=3, max_position_embeddings=64,

@@ -62,7 +62,7 @@ def read_rope(d: dict, pct_default: float = 1.0, types: tuple[str, ...] = SCALED
 
     max_pos = _int(d, "max_position_embeddings", default=2048, high=None)
     if kind == "longrope":
-        return fields | _longrope(d, p, within, max_pos)
+        return fields | _longrope(d, p, within + key, max_pos)
     fields.update(rope_type=kind, rope_factor=number("factor"))
     if kind == "dynamic":  # transformers measures a text against max_position_embeddings
         fields["rope_original_max_pos"] = min(max_pos, 1 << 32)  # a longer one is longer than any text here
@@ -112,18 +112,19 @@ def _original(d: dict, p: dict, within: str, max_pos: int) -> int:
                             within=within)
 
 
-def _longrope(d: dict, p: dict, within: str, max_pos: int) -> dict[str, Any]:
+def _longrope(d: dict, p: dict, kind_key: str, max_pos: int) -> dict[str, Any]:
     """longrope's fields, as transformers' ``_compute_longrope_parameters`` reads them: the two factor lists (their
     length is checked by ModelConfig against the pairs turned), ``factor`` (where absent, max_position_embeddings /
     original_max_position_embeddings, from config.json's own values, not gptviz's capped context) and
     ``attention_factor`` (where absent, ModelConfig's default: √(1 + ln(factor) / ln(original)) for a factor above
-    1)."""
+    1). ``kind_key``: where config.json names the type, as "rope_scaling.type"."""
+    within = kind_key.rpartition(".")[0] + "."
     lists = {}
     for name in ("short_factor", "long_factor"):
         value = p.get(name)
         if value is None:
-            raise ValueError(f"config.json's {within}rope_type='longrope' needs {within + name}, which it does not "
-                             "have")
+            raise ValueError(f"config.json's {kind_key}={_show(p.get(kind_key.rpartition('.')[2]))} needs "
+                             f"{within + name}, which it does not have")
         if not isinstance(value, list) or not all(
                 not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in value):
             raise _bad(within + name, value, "must be a list of finite numbers above 0")
