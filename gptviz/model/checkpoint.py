@@ -124,7 +124,12 @@ def load_checkpoint(src: Source, name: str = "", n_head: Optional[int] = None) -
     """
     data = _read_bytes(src)
     name = name or (str(src) if not isinstance(src, (bytes, bytearray)) else "")
-    if data[:2] == b"PK" or data[:1] == b"\x80" or name.endswith((".pt", ".pth", ".ckpt", ".bin")):
+    # safetensors: an 8-byte little-endian header length, then the JSON header; a length whose first byte is 0x80
+    # (pickle's first byte) is a safetensors file still, not a pickle
+    header = int.from_bytes(data[:8], "little") if len(data) > 8 else -1
+    safetensors_file = data[8:9] == b"{" and 0 < header <= len(data) - 8
+    if not safetensors_file and (data[:2] == b"PK" or data[:1] == b"\x80"
+                                 or name.endswith((".pt", ".pth", ".ckpt", ".bin"))):
         return _load_torch(data, n_head)
     return _load_safetensors(data, n_head)
 
