@@ -69,7 +69,8 @@ class ModelConfig:
     rope_base: float = 10000.0
     # Rotary scaling, as Hugging Face names it (ROPE_TYPES; the formulas are in gptviz.model.rope_scaling). Each
     # type reads only its own fields ("default", plain rotary positions, reads none); llama3 the freq factors, yarn
-    # the betas and truncate; every scaled type multiplies cos and sin by rope_attention_factor.
+    # the betas and truncate, longrope its two factor lists; every scaled type multiplies cos and sin by
+    # rope_attention_factor.
     rope_type: str = "default"
     rope_factor: float = 1.0
     rope_original_max_pos: int = None  # type: ignore[assignment]  # the context trained for; None = block_size
@@ -79,6 +80,10 @@ class ModelConfig:
     rope_beta_slow: float = 1.0
     rope_truncate: bool = True
     rope_attention_factor: float = None  # type: ignore[assignment]  # None = the type's own (rope_attention_default)
+    # longrope (Phi-3): each pair's frequency divided by its own number, the short list for a text of at most
+    # rope_original_max_pos positions, the long list for a longer one (tuples: the config stays hashable)
+    rope_short_factor: Optional[tuple[float, ...]] = None
+    rope_long_factor: Optional[tuple[float, ...]] = None
     seed: int = 0
     attn_only: bool = False  # blocks without an MLP: the setting where induction heads are studied
     # Encoder-decoder (gptviz.model.encoder_decoder): -1 = decoder only (GPT); 0 = a decoder with cross-attention whose
@@ -372,7 +377,7 @@ class ModelConfig:
         for derived, source in (("d_head", ("n_embd", "n_head")), ("d_mlp", ("n_embd",)), ("qkv_bias", ("bias",)),
                                  ("attn_proj_bias", ("bias",)), ("n_kv_head", ("n_head",)),
                                  ("rope_original_max_pos", ("block_size",)),
-                                 ("rope_attention_factor", ("rope_type", "rope_factor"))):
+                                 ("rope_attention_factor", ("rope_type", "rope_factor", "rope_original_max_pos"))):
             if derived not in changes and any(s in changes for s in source):
                 data[derived] = None
         data.update(changes)

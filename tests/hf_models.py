@@ -90,11 +90,16 @@ def build(family: str, folder, **extra):
                                                     "original_max_position_embeddings": 16, "beta_fast": 32.0,
                                                     "beta_slow": 1.0, "truncate": False}, **extra})
         cls = T.GptOssForCausalLM
+    elif family == "phi3":  # fused qkv_proj and gate_up_proj; 2 key/value heads; no window unless told
+        cfg = T.Phi3Config(**{"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+                              "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **extra})
+        cls = T.Phi3ForCausalLM
     else:
-        cfg = T.GPTNeoXConfig(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                              num_attention_heads=3, max_position_embeddings=64,
-                              rope_parameters={"rope_type": "default", "rope_theta": 2000.0,
-                                               "partial_rotary_factor": 0.25}, **extra)
+        cfg = T.GPTNeoXConfig(**{"vocab_size": vocab, "hidden_size": 48, "intermediate_size": 96,
+                                 "num_hidden_layers": 2, "num_attention_heads": 3, "max_position_embeddings": 64,
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 2000.0,
+                                                     "partial_rotary_factor": 0.25}, **extra})
         cls = T.GPTNeoXForCausalLM
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)

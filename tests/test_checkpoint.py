@@ -28,6 +28,17 @@ def perturb(model, seed=0):
     return model
 
 
+def test_a_safetensors_file_whose_header_length_starts_with_pickles_byte_loads(tmp_path):
+    """The header length's first byte (little-endian) can be 0x80, the first byte of a pickle: still safetensors."""
+    m, tok, p = GPT(CONFIGS["gpt2-like"]), CharBPETokenizer(3).train(["abcabcabd"]), tmp_path / "m.safetensors"
+    for n in range(256):
+        save_checkpoint(p, m, tok, task="x" * n)
+        if p.read_bytes()[:1] == b"\x80":
+            break
+    assert p.read_bytes()[:1] == b"\x80" and p.read_bytes()[8:9] == b"{"
+    assert load_checkpoint(p).meta["task"] == "x" * n
+
+
 @pytest.mark.parametrize("name", ["gpt2-like", "rms-post-sin-gelu", "rope-relu-wide-heads"])
 def test_round_trip_gives_identical_logits(tmp_path, name):
     c = CONFIGS[name].replace(seed=7)

@@ -206,8 +206,8 @@ def test_the_context_is_the_positions_capped_and_a_sliding_window_is_a_mask(tmp_
 
 
 # ---------------------------------------------------------------------- the messages a user sees
-SCALES = "gptviz computes the rotary scalings 'linear', 'dynamic', 'llama3', 'yarn' (and plain rotary positions), " \
-         "not this one"  # the scalings themselves: tests/test_rope_scaling_oracle.py
+SCALES = "gptviz computes the rotary scalings 'linear', 'dynamic', 'llama3', 'yarn', 'longrope' (and plain rotary " \
+         "positions), not this one"  # the scalings themselves: tests/test_rope_scaling_oracle.py
 ACTS = "gelu, gelu_fast, gelu_new, gelu_pytorch_tanh, relu, silu, swish, tanh"  # transformers' names, sorted
 GEMMA2 = " is Gemma 2's, which gptviz does not open: this config says model_type 'gemma' (Gemma 1), which has none"
 @pytest.mark.parametrize("change, message", [
@@ -225,7 +225,7 @@ GEMMA2 = " is Gemma 2's, which gptviz does not open: this config says model_type
     ({"rope_parameters": {"rope_theta": "x"}}, "config.json's rope_parameters.rope_theta='x' must be a finite number"),
     ({"rope_parameters": {"rope_type": 5}}, "config.json's rope_parameters.rope_type=5 must be a string"),
     ({"rope_scaling": {"type": "longrope", "factor": 2.0}},
-     "config.json's rope_scaling.type='longrope': " + SCALES),
+     "config.json's rope_scaling.type='longrope' needs rope_scaling.short_factor, which it does not have"),
     ({"rope_scaling": {"rope_type": "yarn"}},
      "config.json's rope_scaling.rope_type='yarn' needs rope_scaling.factor, which it does not have"),
     ({"rope_parameters": {"rope_type": "llama3"}, "rope_scaling": {"rope_type": "su"}},  # rope_scaling is the one read
@@ -358,4 +358,4 @@ def test_gemma_s_note_says_how_its_embedding_is_held(tmp_path):
     assert note == ("Gemma multiplies each token's embedding by √64 before the first block and unembeds with its "
                     "table unscaled: here W_E is that table times √64 and W_U the table itself, so they are shown "
                     "untied.")
-    assert all(FAMILIES[f].note is None for f in FAMILIES if f != "gemma")
+    assert all(FAMILIES[f].note is None for f in FAMILIES if f not in ("gemma", "phi3"))  # phi3's: test_phi3_oracle

@@ -1,4 +1,5 @@
-"""Oracle tests of rotary scaling (issue 38): ``linear``, ``dynamic`` (NTK), ``llama3`` and ``yarn``, read from a
+"""Oracle tests of rotary scaling (issue 38): ``linear``, ``dynamic`` (NTK), ``llama3``, ``yarn`` and ``longrope``, read
+from a
 Llama ``config.json`` (``gptviz.model.hf_rope``) and computed by ``gptviz.model.rope_scaling``.
 
 The oracles: transformers' own rotary tables for the same config.json (``ROPE_INIT_FUNCTIONS``, and a fresh
@@ -52,6 +53,13 @@ CASES = {  # name: (rope_parameters, max_position_embeddings)
                                 "beta_fast": 4, "beta_slow": 4, "truncate": False}, 64),
     "yarn, attention_factor 2": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                                   "attention_factor": 2.0}, 64),
+    # longrope (Phi-3's, which transformers runs on a Llama too): factor max / original = 4 where none is given
+    "longrope": ({"rope_type": "longrope", "short_factor": [1.0, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0],
+                  "long_factor": [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0], "original_max_position_embeddings": 16},
+                 64),
+    "longrope, factor and attention_factor": ({"rope_type": "longrope", "short_factor": [1.5] * 8,
+                                               "long_factor": [1.0 + i for i in range(8)], "factor": 2.0,
+                                               "attention_factor": 1.1, "original_max_position_embeddings": 16}, 64),
 }
 
 
@@ -100,7 +108,13 @@ def written_out(p: dict, d: int, base: float, max_pos: int, seq_len: int) -> tup
     transformers' docstrings state them: linear (Chen et al. 2023), dynamic NTK (bloc97, emozilla), Llama 3.1's
     smoothing, YaRN (Peng et al. 2023, with transformers' ``truncate`` and DeepSeek's mscale ratio)."""
     plain = [base ** (-2 * i / d) for i in range(d // 2)]
-    s, kind = p["factor"], p["rope_type"]
+    s, kind = p.get("factor"), p["rope_type"]
+    if kind == "longrope":  # each pair divided by its own factor, the long list for a text over L; Phi-3's scale
+        L = p["original_max_position_embeddings"]
+        f = p["long_factor"] if seq_len > L else p["short_factor"]
+        s = s or max_pos / L
+        att = p.get("attention_factor") or (math.sqrt(1 + math.log(s) / math.log(L)) if s > 1 else 1.0)
+        return [w / fi for w, fi in zip(plain, f)], att
     if kind == "linear":
         return [w / s for w in plain], 1.0
     if kind == "dynamic":
@@ -159,8 +173,9 @@ def test_cos_and_sin_equal_transformers_rotary_embedding(tmp_path, name):
     d = config_json(name)
     cfg = opened(tmp_path, d)
     model = build_model(cfg)
-    M = d["max_position_embeddings"]
-    lengths = (M // 2, M, M + 1, 3 * M // 2, 2 * M) if cfg.rope_type == "dynamic" else (cfg.block_size,)
+    M, L = d["max_position_embeddings"], cfg.rope_original_max_pos
+    lengths = (M // 2, M, M + 1, 3 * M // 2, 2 * M) if cfg.rope_type == "dynamic" else \
+        (L // 2, L, L + 1, cfg.block_size) if cfg.rope_type == "longrope" else (cfg.block_size,)
     if cfg.rope_type == "dynamic":
         assert cfg.block_size == 2 * M
     for T in lengths:
@@ -185,7 +200,9 @@ def test_frequencies_equal_transformers_init_functions_and_the_written_out_formu
     cfg = opened(tmp_path, d)
     p, M = d["rope_parameters"], d["max_position_embeddings"]
     plain = plain_frequencies(cfg.d_rot, 500.0)
-    for T in ((M, M + 1, 2 * M) if cfg.rope_type == "dynamic" else (M,)):
+    L = cfg.rope_original_max_pos
+    for T in ((M, M + 1, 2 * M) if cfg.rope_type == "dynamic" else (L, L + 1, M) if cfg.rope_type == "longrope"
+              else (M,)):
         ours = inverse_frequencies(cfg, seq_len=T)
         theirs, att = ROPE_INIT_FUNCTIONS[cfg.rope_type](hf_config(d), "cpu", seq_len=T)
         assert torch.allclose(ours, theirs.double(), rtol=1e-6, atol=0), (T, ours, theirs)
@@ -323,15 +340,20 @@ def test_original_max_position_embeddings_at_the_top_wins_and_defaults_to_the_co
 
 
 # --------------------------------------------------------------------------- refusals
-KINDS = "gptviz computes the rotary scalings 'linear', 'dynamic', 'llama3', 'yarn' (and plain rotary positions), " \
-        "not this one"
+KINDS = "gptviz computes the rotary scalings 'linear', 'dynamic', 'llama3', 'yarn', 'longrope' (and plain rotary " \
+        "positions), not this one"
 NAN = float("nan")
 
 
 @pytest.mark.parametrize("rope, message", [
-    ({"rope_parameters": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8,
-                          "original_max_position_embeddings": 16}},
-     "config.json's rope_parameters.rope_type='longrope': " + KINDS),
+    ({"rope_parameters": {"rope_type": "longrope", "long_factor": [1.0] * 8}},
+     "config.json's rope_parameters.rope_type='longrope' needs rope_parameters.short_factor, which it does not have"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 7 + [0]}},
+     "config.json's rope_scaling.long_factor=[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0] must be a list of finite numbers "
+     "above 0"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 8}},
+     "rope_short_factor has 4 numbers: it must have one for each of the d_rot / 2 = 8 pairs of dimensions turned (in "
+     "config.json: rope_short_factor is rope_parameters.short_factor (or rope_scaling's))"),
     ({"rope_scaling": {"type": "su", "factor": 2.0}}, "config.json's rope_scaling.type='su': " + KINDS),
     ({"rope_scaling": {"rope_type": "proportional"}}, "config.json's rope_scaling.rope_type='proportional': " + KINDS),
     ({"rope_scaling": {"rope_type": ""}}, "config.json's rope_scaling.rope_type='': " + KINDS),
@@ -380,8 +402,14 @@ def test_a_scaling_gptviz_cannot_compute_is_refused_with_the_message_a_user_read
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(rope_type="longrope"), "rope_type='longrope' must be one of 'default', 'linear', 'dynamic', 'llama3', "
-                                 "'yarn'"),
+    (dict(rope_type="su"), "rope_type='su' must be one of 'default', 'linear', 'dynamic', 'llama3', 'yarn', "
+                           "'longrope'"),
+    (dict(rope_type="longrope"), "rope_short_factor=None: rope_type='longrope' needs rope_short_factor and "
+                                 "rope_long_factor"),
+    (dict(rope_type="longrope", rope_short_factor=(1.0,) * 8, rope_long_factor=(1.0,) * 9),
+     "rope_long_factor has 9 numbers: it must have one for each of the d_rot / 2 = 8 pairs"),
+    (dict(rope_short_factor=[1.0, float("inf")]), "rope_short_factor=[1.0, inf] must be a list of finite numbers "
+                                                  "above 0, or None"),
     (dict(rope_type="linear", rope_factor=0), "rope_factor=0 must be above 0"),
     (dict(rope_factor=-1.0), "rope_factor=-1.0 must be above 0"),
     (dict(rope_factor=NAN), "rope_factor=nan must be a finite number"),

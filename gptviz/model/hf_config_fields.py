@@ -1,14 +1,21 @@
 """The readers of a Hugging Face ``config.json``'s values that ``gptviz.model.hf_families`` uses: each checks a value's
 type and range before a ``ModelConfig`` is made, so a wrong value is a ValueError that names the config.json key
 (never a TypeError, a ZeroDivisionError … from deeper down). A null value is read as an absent one. A size above the
-parameter limit can't fit whatever the other sizes are.
+parameter limit can't fit whatever the other sizes are. Also what every family shares: the activations gptviz has,
+the context a loaded model is built for (``MAX_CONTEXT``), and ``_build``, a ModelConfig whose refusal names the
+config.json keys (kept here so a family in a file of its own, as ``hf_phi3``, imports them without a circle).
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional, overload
 
-from ..config import MAX_PARAMS
+from ..config import MAX_PARAMS, ModelConfig
+
+MAX_CONTEXT = 8192  # positions a loaded model is built for (its tables); a longer text is refused, not truncated
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+                "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
 
 _REQUIRED = object()
 
@@ -93,3 +100,34 @@ def _object(d: dict, key: str) -> dict:
     if not isinstance(value, dict):
         raise _bad(key, value, "must be a JSON object")
     return value
+
+
+def _activation(d: dict, key: str = "hidden_act", default: str = "gelu") -> str:
+    """The activation ``key`` names (``default``, the family's own as transformers has it, where it names none)."""
+    act = _text(d, key, default)
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"{key}={_show(act)} has no gptviz equivalent (gptviz has {', '.join(sorted(_ACTIVATIONS))})")
+    return _ACTIVATIONS[act]
+
+
+def _context(d: dict, *keys: str) -> int:
+    """The positions the model is built for: its context (``keys``), at most MAX_CONTEXT. A sliding window is not a
+    context: it is a mask (``_mistral_window``, ``_qwen2_window``), and a family without one in transformers
+    (GPT-2, Llama, Gemma, GPT-NeoX) ignores a ``sliding_window`` its config.json carries, as transformers does."""
+    return min(_int(d, *keys, default=2048, high=None), MAX_CONTEXT)
+
+
+def _build(names: dict[str, str], **fields) -> ModelConfig:
+    """``ModelConfig(**fields)``; where it refuses (n_head not divisible by n_kv_head, an odd d_head for rotary …)
+    the message also says which config.json keys those gptviz fields come from (``names``)."""
+    try:
+        return ModelConfig(**fields)
+    except ValueError as exc:
+        raise ValueError(in_config_terms(str(exc), names)) from None
+
+
+def in_config_terms(message: str, names: dict[str, str]) -> str:
+    """``message`` about gptviz's config fields, with what each field it names is in config.json (``names``)."""
+    said = [f"{ours} is {theirs}" for ours, theirs in names.items()
+            if ours != theirs and re.search(rf"(?<![\w.']){ours}\b", message)]
+    return f"{message} (in config.json: {'; '.join(said)})" if said else message

@@ -1,9 +1,10 @@
-"""Rotary position tables with the scalings current models ship with: ``linear``, ``dynamic`` (NTK), ``llama3`` and
-``yarn``, as Hugging Face's ``rope_type`` names them (``ModelConfig.rope_type`` and the ``rope_*`` fields).
+"""Rotary position tables with the scalings current models ship with: ``linear``, ``dynamic`` (NTK), ``llama3``,
+``yarn`` and ``longrope`` (Phi-3), as Hugging Face's ``rope_type`` names them (``ModelConfig.rope_type`` and the
+``rope_*`` fields).
 
 Every scaling changes only the inverse frequencies ω_i of the d/2 pairs a head turns (d = ``d_rot``, b = the base):
-plain rotary positions turn pair i by t · ω_i at position t, with ω_i = b^(−2i/d). yarn (and any type given a
-``rope_attention_factor``) also multiplies cos and sin by that factor, so every score q·k is multiplied by its
+plain rotary positions turn pair i by t · ω_i at position t, with ω_i = b^(−2i/d). yarn, longrope (and any type
+given a ``rope_attention_factor``) also multiplies cos and sin by that factor, so every score q·k is multiplied by its
 square. The formulas are derived from the papers and written out below; ``tests/test_rope_scaling_oracle.py``
 checks the tables against transformers' own (``ROPE_INIT_FUNCTIONS`` and a model's rotary embedding).
 """
@@ -52,6 +53,9 @@ def inverse_frequencies(cfg: ModelConfig, seq_len: Optional[int] = None) -> torc
       first, ω_i / s; shorter than the second, ω_i; between, (1 − g) · ω_i / s + g · ω_i with
       g = (L / λ_i − low_freq_factor) / (high_freq_factor − low_freq_factor)
     - yarn: (1 − r_i) · ω_i + r_i · ω_i / s, with r_i the ramp of ``_yarn_ramp``
+    - longrope: ω_i / f_i, with f_i the i-th of ``rope_short_factor`` for a text of at most L positions (and for the
+      tables a model builds, ``seq_len`` None), of ``rope_long_factor`` for a longer one: transformers picks the list
+      for each forward pass from its length (``dynamic_rope_update``)
     """
     w = plain_frequencies(cfg.d_rot, cfg.rope_base)
     kind, s, L = cfg.rope_type, cfg.rope_factor, cfg.rope_original_max_pos
@@ -71,13 +75,18 @@ def inverse_frequencies(cfg: ModelConfig, seq_len: Optional[int] = None) -> torc
     if kind == "yarn":
         r = _yarn_ramp(cfg)
         return (1 - r) * w + r * w / s
+    if kind == "longrope":
+        long = seq_len is not None and seq_len > L
+        factors = cfg.rope_long_factor if long else cfg.rope_short_factor
+        return w / torch.tensor(factors, dtype=torch.float64)
     return w
 
 
 def own_tables(cfg: ModelConfig, seq_len: int) -> bool:
-    """Whether a text of ``seq_len`` positions needs tables of its own (dynamic NTK beyond its original context)
-    rather than the first ``seq_len`` rows of the tables the model built."""
-    return cfg.pos_encoding == "rope" and cfg.rope_type == "dynamic" and seq_len > cfg.rope_original_max_pos
+    """Whether a text of ``seq_len`` positions needs tables of its own (dynamic NTK, or longrope's long factors,
+    beyond its original context) rather than the first ``seq_len`` rows of the tables the model built."""
+    per_length = cfg.rope_type in ("dynamic", "longrope")
+    return cfg.pos_encoding == "rope" and per_length and seq_len > cfg.rope_original_max_pos
 
 
 def rotary_angles(cfg: ModelConfig, n_pos: int, seq_len: Optional[int] = None) -> torch.Tensor:

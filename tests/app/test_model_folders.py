@@ -1,5 +1,6 @@
 """Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, Qwen3 with QK-norm,
-GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU), opened as a class
+GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU, Phi-3 with its fused
+projections, partial rotary, a sliding window and longrope), opened as a class
 would: a link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with
 no exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
 import os
@@ -10,7 +11,10 @@ from hf_models import build
 from lazy_import import lazy
 
 lazy("transformers", skip=True)
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma"]
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma", "phi3"]
+EXTRA = {"phi3": {"original_max_position_embeddings": 16, "sliding_window": 8,  # the text is short: short factors
+                  "rope_parameters": {"rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor": 0.5,
+                                      "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 4.0, 8.0, 16.0]}}}
 ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
 
 
@@ -19,7 +23,7 @@ def models_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     for family in FOLDER_FAMILIES:
         (root / family).mkdir()
-        build(family, root / family)
+        build(family, root / family, **EXTRA.get(family, {}))
     (root / "not-a-model").mkdir()  # no config.json: never listed
     before = os.environ.get("GPTVIZ_MODELS_DIR")
     os.environ["GPTVIZ_MODELS_DIR"] = str(root)
@@ -49,6 +53,10 @@ def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
     assert at.query_params.get("model") == [family] or at.query_params.get("model") == family
     if family == "gemma":  # its embedding scale is inside W_E, and the page says so
         assert any("W_E is that table times √64" in c.value for c in at.caption)
+    if family == "phi3":  # how gptviz holds its fused projections, and its longrope
+        assert any("gate_up_proj" in c.value and "short factors" in c.value for c in at.caption)
+        if name == "embeddings":
+            assert any("LongRoPE" in m.value and "so the short list applies" in m.value for m in at.markdown)
 
 
 def test_a_link_to_a_folder_that_is_not_there_or_a_path_opens_the_default_with_a_notice(models_dir):

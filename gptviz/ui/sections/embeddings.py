@@ -98,6 +98,9 @@ def _scaling(ctx, key: str) -> None:
         "yarn": f"YaRN: pairs that turn more than {cfg.rope_beta_fast:g} times over the original {L} positions keep "
                 f"their speed, pairs turning fewer than {cfg.rope_beta_slow:g} times turn {s:g} times slower, and "
                 "the pairs between are blended.",
+        "longrope": f"LongRoPE: each pair's frequency is divided by a factor of its own, from the short list for a "
+                    f"text of up to {L} positions and from the long list for a longer one (every position alike). "
+                    f"This text has {n} positions, so the {'long' if n > L else 'short'} list applies.",
     }
     att = cfg.rope_attention_factor
     st.markdown(words[cfg.rope_type] + ("" if att == 1 else f" cos and sin are also multiplied by {att:.4g}, "
