@@ -42,6 +42,10 @@ def why_no_neurons(cfg) -> Optional[str]:
     if getattr(cfg, "attn_only", False):
         return ("This model has no MLP: it is attention-only, so its blocks have no neurons. Choose a model with "
                 "MLPs (the Shakespeare GPT, say) to browse neurons.")
+    if getattr(cfg, "n_expert", 0) > 0:
+        return ("This model's MLPs are mixtures of experts: each hidden unit belongs to one expert, which runs only "
+                "on the tokens routed to it, so there is no neuron every token passes through. The Experts page shows "
+                "where each token goes and what each expert does.")
     if getattr(cfg, "n_enc_layer", -1) >= 0:
         return ("The neuron view reads the held-out plays as a decoder-only model would; this model is an "
                 "encoder-decoder, whose decoder needs a source to read.")

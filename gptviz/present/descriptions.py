@@ -12,6 +12,7 @@ from typing import Optional
 
 from ..config import ModelConfig
 from ..run.step_meta import MASKED, NONNEGATIVE, PROBABILITY, SIGNED, StepMeta, split_name, step_meta
+from .descriptions_experts import expert_words
 from .source_code import step_code
 
 __all__ = ["StepInfo", "describe", "step_info", "SIGNED", "NONNEGATIVE", "PROBABILITY", "MASKED"]
@@ -95,6 +96,9 @@ def step_info(trace, name: str) -> StepInfo:
 
 
 def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "decoder"):
+    moe = expert_words(rest, layer, cfg) if stack == "decoder" else None
+    if moe is not None:
+        return moe
     if cfg.n_enc_layer >= 0:
         info = _describe_seq2seq(rest, layer, cfg, stack)
         if info is not None:
@@ -117,6 +121,8 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
         "relu": r"\mathrm{ReLU}(h) = \max(0, h)",
         "tanh": r"\tanh(h) = \frac{e^{h} - e^{-h}}{e^{h} + e^{-h}}",
         "silu": r"\mathrm{SiLU}(h) = h\,\sigma(h) = \frac{h}{1 + e^{-h}}",
+        # GPT-OSS's experts: g' = min(g, L), then (clamp(u, -L, L) + 1) · g'·σ(α g')
+        "gpt_oss_glu": r"(\mathrm{clamp}(u, \pm L) + 1)\, g'\,\sigma(\alpha g'),\; g' = \min(g, L)",
     }[cfg.activation]
     pre = cfg.norm_placement == "pre"
     nh, nkv = cfg.n_head, cfg.n_kv_head

@@ -269,7 +269,9 @@ def saturated(activation: str, pre: torch.Tensor, post: torch.Tensor) -> torch.T
 
 
 def has_mlp(cfg: ModelConfig) -> bool:
-    return not getattr(cfg, "attn_only", False)
+    """Whether the study has dense MLP activations to look at: not attention-only, and no mixture of experts (whose
+    hidden units each run on the tokens routed to their expert only)."""
+    return not getattr(cfg, "attn_only", False) and not getattr(cfg, "n_expert", 0)
 
 
 def _hist(v: np.ndarray, lo: float, hi: float, bins: int) -> tuple[list[int], list[float]]:

@@ -1,6 +1,7 @@
 """Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, Qwen3 with QK-norm,
 GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU, Phi-3 with its fused
-projections, partial rotary, a sliding window and longrope), opened as a class
+projections, partial rotary, a sliding window and longrope; Mixtral, Qwen2-MoE with a dense layer and a shared expert,
+GPT-OSS with sinks and experts), opened as a class
 would: a link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with
 no exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
 import os
@@ -11,10 +12,11 @@ from hf_models import build
 from lazy_import import lazy
 
 lazy("transformers", skip=True)
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma", "phi3"]
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma", "phi3", "mixtral", "qwen2_moe", "gpt_oss"]
 EXTRA = {"phi3": {"original_max_position_embeddings": 16, "sliding_window": 8,  # the text is short: short factors
                   "rope_parameters": {"rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor": 0.5,
                                       "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 4.0, 8.0, 16.0]}}}
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "gpt_oss")
 ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
 
 
@@ -48,11 +50,15 @@ def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
     assert f"model folder: {family}" in messages(at)  # the sidebar says which model the page shows
     if name == "features":  # the one sparse autoencoder shipped is the Shakespeare GPT's: a folder has none
         assert "No sparse autoencoder ships for this model" in messages(at)
+    elif name == "neurons" and family in MOE_FAMILIES:  # no neuron every token passes through: the page says why
+        assert "This model's MLPs are mixtures of experts" in messages(at)
     elif name not in ("training", "weights"):
         assert charts(at), name
     assert at.query_params.get("model") == [family] or at.query_params.get("model") == family
     if family == "gemma":  # its embedding scale is inside W_E, and the page says so
         assert any("W_E is that table times √64" in c.value for c in at.caption)
+    if family in MOE_FAMILIES:  # the experts' shape, and where they are
+        assert any("each token routed to 2" in c.value for c in at.caption)
     if family == "phi3":  # how gptviz holds its fused projections, and its longrope
         assert any("gate_up_proj" in c.value and "short factors" in c.value for c in at.caption)
         if name == "embeddings":

@@ -41,7 +41,8 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
     norm = "LayerNorm" if cfg.norm == "layernorm" else "RMSNorm"
     pos = {"learned": f"wpe: learned [{cfg.block_size}×{C}]", "sinusoidal": f"sin/cos table [{cfg.block_size}×{C}]",
            "rope": "RoPE (inside attention)", "none": "no position signal"}[cfg.pos_encoding]
-    act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU", "tanh": "tanh", "silu": "SiLU"}[cfg.activation]
+    act = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "relu": "ReLU", "tanh": "tanh", "silu": "SiLU",
+           "gpt_oss_glu": "clamped SwiGLU"}[cfg.activation]
     KV = cfg.n_kv_head
     parts = [dict(lines=["token ids x", f"[B={B} × T={T}]"], fill="#fff3d6", edge=None),
              dict(lines=["wte: token embedding", f"[V={V} × C={C}]"], fill="#eef3fb", edge=None)]
@@ -58,11 +59,18 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
         where = "every layer" if cfg.sliding_layers is None else \
             "layer" + ("s " if len(cfg.sliding_layers) != 1 else " ") + ", ".join(map(str, cfg.sliding_layers))
         block.insert(2, f"sliding window: each query sees its last {cfg.sliding_window} positions ({where})")
+    if cfg.attn_sinks:  # GPT-OSS
+        block.insert(2, "attention sinks: a learned logit per head, a key every query sees that has no value")
     if cfg.qk_norm:  # QK-norm (Qwen3): each head's q and k through an RMSNorm of its own
         block.insert(2, f"QK-norm: each head's q and k RMS-normalised (gains of d_head={D})"
                      + (", before RoPE" if cfg.pos_encoding == "rope" else ""))
     mlp = (f"{mlp_in}gated MLP: {act}({C} → {M}) × ({C} → {M}) → {C}" if cfg.gated_mlp
            else f"{mlp_in}MLP: {C} → {M} ({act}) → {C}")
+    if cfg.n_expert:  # a mixture of experts in place of the MLP (on every layer, or on those moe_layers lists)
+        where = "" if cfg.moe_layers is None else " on layers " + ", ".join(map(str, cfg.moe_layers))
+        shared = f" + a shared expert ({C} → {cfg.d_shared_expert} → {C})" if cfg.d_shared_expert else ""
+        mlp = (f"{mlp_in}router ({C} → {cfg.n_expert}) → top-{cfg.n_expert_active} of {cfg.n_expert} experts "
+               f"({C} → {cfg.d_expert} → {C}, {act}){shared}{where}")
     block.append("(attention only: no MLP)" if cfg.attn_only else
                  f"{mlp} → + residual" + ("" if pre else f" → {norm} ln_2"))
     parts.append(dict(lines=block, fill="#e8f5e9", edge=f"[{B}×{T}×{C}]"))

@@ -258,8 +258,10 @@ def saturation(ctx, *, key: str = "sat") -> None:
     """MLP pre/post-activation histograms per layer, the share saturated, and the gradient either side."""
     cfg = ctx.cfg
     if not study.has_mlp(cfg):
-        st.info("This model is attention-only: it has no MLP, so there is no activation to saturate. "
-                "Untick *Attention only* in the sidebar to see this part.", icon=":material/info:")
+        st.info("This model's MLPs are mixtures of experts: each expert sees only the tokens routed to it, so this "
+                "study of one MLP's activations does not apply (the Experts page shows the routing)."
+                if cfg.n_expert else "This model is attention-only: it has no MLP, so there is no activation to "
+                "saturate. Untick *Attention only* in the sidebar to see this part.", icon=":material/info:")
         return
     if _too_big(ctx, study.MAX_SWEEP_PARAMS, "this study"):
         return

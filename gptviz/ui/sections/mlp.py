@@ -19,6 +19,13 @@ def mlp_steps(cfg, layer: int) -> list[tuple[str, str]]:
         return []
     steps = ([("1 · The norm", act_name("out", layer, "ln2"))] if cfg.norm_placement == "pre" else
              [("1 · The input (post-norm: the MLP reads the normalised stream)", act_name("resid_mid", layer))])
+    if cfg.is_moe_layer(layer):  # a mixture of experts: the router and the chosen experts (the Experts page has more)
+        shared = [("5 · The shared expert, gated", act_name("shared_out", layer))] if cfg.d_shared_expert else []
+        return steps + [("2 · The router's logits", act_name("router_logits", layer)),
+                        ("3 · The router's probabilities", act_name("router_probs", layer)),
+                        ("4 · The chosen experts' weights", act_name("expert_weights", layer)), *shared,
+                        (f"{5 + len(shared)} · The weighted sum of the chosen experts", act_name("mlp_out", layer)),
+                        (f"{6 + len(shared)} · The residual add", act_name("resid_post", layer))]
     return steps + [("2 · Widen: the fc layer", act_name("pre", layer)),
                     ("3 · The activation", act_name("post", layer)),
                     ("4 · Narrow again: the projection", act_name("mlp_out", layer)),

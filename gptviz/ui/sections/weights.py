@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ...model.checkpoint import checkpoint_bytes, load_checkpoint
+from ...model.hf_registry import FAMILY_TABLE
 from ...model.hook_names import act_name
 from ...present.page_context import CKPT_PREFIX, FOLDER_PREFIX
 from ...run import edits as edit_specs
@@ -91,12 +92,12 @@ def upload(ctx, *, key: str = "wt") -> None:
 
 @section("weights.folder")
 def folder(ctx, *, key: str = "wt") -> None:
-    """A Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1): one of the server's, or
-    uploaded."""
+    """A Hugging Face model folder of any family gptviz opens (``FAMILY_TABLE``): one of the server's, or uploaded."""
     st.markdown("A model folder as Hugging Face saves it: `config.json`, the `.safetensors` weights (sharded too) and "
-                "`tokenizer.json`. GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3, GPT-NeoX (Pythia) and "
-                "Gemma 1 open with their own tokenizer; every page then shows them, grouped-query attention, gated "
-                "MLPs and Qwen3's QK-norm included.")
+                "`tokenizer.json`. These families open, with their own tokenizer, and every page then shows what "
+                "their blocks add:")
+    st.table([{"family": row.name, "config.json's model_type": model_type, "what it adds": row.adds}
+              for model_type, row in FAMILY_TABLE.items()])
     names = resources.model_folder_names()
     for name in names:
         c1, c2 = st.columns([3, 1])
