@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .config_gemma import check_gemma_fields
 from .config_rope import ROPE_TYPES as ROPE_TYPES  # re-exported: where the other choices are
 from .config_rope import check_rope_scaling
 
@@ -43,7 +44,12 @@ class ModelConfig:
     (None: every layer) while the others keep plain causal attention (Mistral, Qwen2). The window is a mask, never
     a cap on the context: a text longer than the window still fits up to ``block_size``. ``qk_norm`` (QK-norm,
     Qwen3) puts each head's query and key vectors through an RMSNorm of their own (a learned gain of ``d_head``,
-    ``ln_eps``, whatever ``norm`` says) after the split into heads and before rotary positions.
+    ``ln_eps``, whatever ``norm`` says) after the split into heads and before rotary positions; with ``qk_norm_full``
+    (OLMo 2) one RMSNorm over all the queries of a position (n_head · d_head wide) and one over all its keys instead.
+    Gemma 2 and 3 and OLMo 2 (``gptviz.config_gemma``): ``sublayer_norms`` ("before": x + f(norm(x)); "both":
+    x + norm'(f(norm(x))); "after": x + norm'(f(x))), ``attn_scale_dim`` (scores divided by its square root instead
+    of √d_head), ``attn_softcap`` and ``final_softcap`` (c · tanh(x / c) on the scaled scores, on the logits), and
+    ``rope_local_base`` (the sliding layers' own rotary base, unscaled).
     """
 
     vocab_size: int = 64
@@ -93,6 +99,12 @@ class ModelConfig:
     sliding_window: Optional[int] = None  # None: plain causal attention; else query i sees keys i-w+1 .. i
     sliding_layers: Optional[tuple[int, ...]] = None  # the layers with the window (sorted); None: every layer
     qk_norm: bool = False  # an RMSNorm over each head's query and key (gains q_norm, k_norm), before rotary
+    qk_norm_full: bool = False  # with qk_norm: over the whole projection (n_head·d_head, n_kv_head·d_head), OLMo 2
+    sublayer_norms: str = "before"  # "before" (pre-norm), "both" (Gemma 2, 3), "after" (OLMo 2): see config_gemma
+    attn_scale_dim: Optional[float] = None  # scores / sqrt(attn_scale_dim); None = d_head (query_pre_attn_scalar)
+    attn_softcap: Optional[float] = None  # c · tanh(scores / c) after scaling, before the mask; None = no cap
+    final_softcap: Optional[float] = None  # c · tanh(logits / c); None = no cap
+    rope_local_base: Optional[float] = None  # the sliding layers' rotary base (Gemma 3); None = rope_base everywhere
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -187,6 +199,7 @@ class ModelConfig:
         if (self.gated_mlp or self.n_kv_head != self.n_head or self.qk_norm) and self.n_enc_layer >= 0:
             raise ValueError("gated_mlp, n_kv_head and qk_norm are for decoder-only models (n_enc_layer=-1)")
         self._check_sliding_window()
+        check_gemma_fields(self)
 
     def _check_sliding_window(self) -> None:
         """``sliding_window``: None or a whole number of at least 1; ``sliding_layers``: None, or layer indices in
@@ -235,11 +248,13 @@ class ModelConfig:
         C, V, L = self.n_embd, self.vocab_size, self.n_layer
         lin = lambda i, o, b: i * o + (o if b else 0)
         norm = C + (C if self.bias else 0)
-        per_block = (norm + lin(C, self.d_attn + 2 * self.d_kv, self.qkv_bias)
-                     + lin(self.d_attn, C, self.attn_proj_bias) + (2 * self.d_head if self.qk_norm else 0))
+        qk = (self.d_attn + self.d_kv if self.qk_norm_full else 2 * self.d_head) if self.qk_norm else 0
+        norms = 2 if self.sublayer_norms == "both" else 1  # per sublayer
+        per_block = (norms * norm + lin(C, self.d_attn + 2 * self.d_kv, self.qkv_bias)
+                     + lin(self.d_attn, C, self.attn_proj_bias) + qk)
         if not self.attn_only:
-            per_block += norm + lin(C, self.d_mlp, self.bias) * (2 if self.gated_mlp else 1) + lin(self.d_mlp, C,
-                                                                                                   self.bias)
+            per_block += (norms * norm + lin(C, self.d_mlp, self.bias) * (2 if self.gated_mlp else 1)
+                          + lin(self.d_mlp, C, self.bias))
         total = V * C + L * per_block + (V if self.head_bias else 0)
         if self.n_enc_layer >= 0:  # each decoder block also has a norm and cross-attention (q, k, v, o)
             total += L * (norm + 3 * lin(C, self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias))
@@ -261,18 +276,19 @@ class ModelConfig:
         gradients), and without gradients no probabilities, repeated keys and values or MLP output. ``layers``: how
         many layers' steps it keeps (``trace(..., layers=...)``; default all)."""
         B, T, C = batch, seq_len, self.n_embd
-        slim = slim and self.n_enc_layer < 0
+        slim = slim and self.n_enc_layer < 0 and self.attn_softcap is None  # capped scores are never slimmed
         lean = slim and not grads  # the extra steps are worked out when read too
         per_layer = (
-            B * T * (12 * C + 2)  # residuals, norms, outputs
+            B * T * (12 * C + 2) * (2 if self.sublayer_norms == "both" else 1)  # residuals, norms, outputs
             + B * T * 3 * self.d_attn * (3 if self.qk_norm else 2)  # qkv and q/k/v (+ rotated, + normalised)
             + (B * T * 2 * self.d_attn if self.n_kv_head != self.n_head and not lean else 0)  # k, v repeated
-            + B * self.n_head * T * T * ((1 if lean else 2) if slim else 4)  # four score/pattern tensors
+            + B * self.n_head * T * T * ((1 if lean else 2) if slim else 4 + (self.attn_softcap is not None))
             + B * T * self.d_attn  # z
             + (0 if self.attn_only else B * T * self.d_mlp * ((3 if self.gated_mlp else 2) - lean))  # mlp
         )
         kept = self.n_layer if layers is None else layers
-        total = (kept * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
+        total = (kept * per_layer + B * T * (4 * C)
+                 + B * T * self.vocab_size * ((1 if lean else 2) + (self.final_softcap is not None))
                  + T * T * (1 if self.sliding_window is None else 2))  # + the causal mask (and the windowed one)
         if self.n_enc_layer >= 0:
             S = self.enc_len
@@ -298,7 +314,8 @@ class ModelConfig:
         if self.pos_encoding == "sinusoidal":
             return 24 * self.n_pos * self.n_embd  # float64 table, angles, sin and cos; the float32 copy
         if self.pos_encoding == "rope":
-            return 28 * self.n_pos * (self.d_rot // 2)  # float64 angles and positions; float32 angles, cos, sin
+            tables = 2 if self.rope_local_base is not None else 1  # the sliding layers' own (rope_local_base)
+            return 28 * self.n_pos * (self.d_rot // 2) * tables  # float64 angles, positions; float32 angles, cos, sin
         return 0
 
     def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False,
