@@ -11,53 +11,19 @@ embedding multiplied by √hidden_size, held untied as explained at ``_gemma_con
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
 from ..config import ModelConfig
-from .hf_config_fields import _bad, _flag, _float, _int, _show, _text
+from .hf_config_fields import _bad, _flag, _float, _int, _text
+from .hf_family_base import MAX_CONTEXT as MAX_CONTEXT  # re-exported: where the tests look for it
+from .hf_family_base import Family, _activation, _build, _context
+from .hf_family_base import in_config_terms as in_config_terms  # re-exported: the loader's
+from .hf_gemma_olmo import FAMILIES as _GEMMA_OLMO
 from .hf_gpt2 import gpt2_state_dict_to_gptviz
 from .hf_rope import NAMES as _ROPE_NAMES
 from .hf_rope import reach, read_rope
-
-MAX_CONTEXT = 8192  # positions a loaded model is built for (its tables); a longer text is refused, not truncated
-_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-                "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
-
-
-@dataclass
-class Family:
-    """How one ``model_type`` maps onto gptviz: its config, the tensors it needs, and the rename."""
-
-    config: Callable[[dict], ModelConfig]
-    shapes: Callable[[ModelConfig], dict[str, tuple]]  # the Hugging Face tensor names and shapes it needs
-    convert: Callable[[Callable[[str], torch.Tensor], ModelConfig], dict]  # (tensor by its HF name) -> gptviz dict
-    note: Optional[Callable[[ModelConfig], str]] = None  # what a reader must know of how gptviz holds this family
-    names: dict[str, str] = field(default_factory=dict)  # gptviz's config field -> the config.json key it comes from
-
-
-# --------------------------------------------------------------------------- reading config.json
-# Every value a family reads is checked, for its type and its range, before a ModelConfig is made: a wrong value is a
-# ValueError that names the config.json key. The readers (_int, _float, _flag, _text, _object) are in
-# gptviz.model.hf_config_fields.
-
-
-def _activation(d: dict, key: str = "hidden_act", default: str = "gelu") -> str:
-    """The activation ``key`` names (``default``, the family's own as transformers has it, where it names none)."""
-    act = _text(d, key, default)
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"{key}={_show(act)} has no gptviz equivalent (gptviz has {', '.join(sorted(_ACTIVATIONS))})")
-    return _ACTIVATIONS[act]
-
-
-def _context(d: dict, *keys: str) -> int:
-    """The positions the model is built for: its context (``keys``), at most MAX_CONTEXT. A sliding window is not a
-    context: it is a mask (``_mistral_window``, ``_qwen2_window``), and a family without one in transformers
-    (GPT-2, Llama, Gemma, GPT-NeoX) ignores a ``sliding_window`` its config.json carries, as transformers does."""
-    return min(_int(d, *keys, default=2048, high=None), MAX_CONTEXT)
 
 
 def _mistral_window(d: dict, n_layer: int) -> dict:
@@ -94,22 +60,6 @@ def _qwen2_window(d: dict, n_layer: int) -> dict:
     if window is None or not layers:
         return {}
     return {"sliding_window": window, "sliding_layers": None if len(layers) == n_layer else layers}
-
-
-def _build(names: dict[str, str], **fields) -> ModelConfig:
-    """``ModelConfig(**fields)``; where it refuses (n_head not divisible by n_kv_head, an odd d_head for rotary …)
-    the message also says which config.json keys those gptviz fields come from (``names``)."""
-    try:
-        return ModelConfig(**fields)
-    except ValueError as exc:
-        raise ValueError(in_config_terms(str(exc), names)) from None
-
-
-def in_config_terms(message: str, names: dict[str, str]) -> str:
-    """``message`` about gptviz's config fields, with what each field it names is in config.json (``names``)."""
-    said = [f"{ours} is {theirs}" for ours, theirs in names.items()
-            if ours != theirs and re.search(rf"(?<![\w.']){ours}\b", message)]
-    return f"{message} (in config.json: {'; '.join(said)})" if said else message
 
 
 _GPT2_NAMES = {"block_size": "n_positions", "d_mlp": "n_inner", "ln_eps": "layer_norm_epsilon",
@@ -386,3 +336,5 @@ FAMILIES: dict[str, Family] = {
         f"unscaled: here W_E is that table times √{c.n_embd} and W_U the table itself, so they are shown untied."),
         names=_GEMMA_NAMES),
 }
+# Gemma 2, Gemma 3's text model and OLMo 2: gptviz.model.hf_gemma_olmo
+FAMILIES.update(_GEMMA_OLMO)

@@ -35,6 +35,7 @@ from ..config import ModelConfig
 from ..text.hf_tokenizer import HFTokenizer
 from .gpt import GPT
 from .hf_families import FAMILIES, in_config_terms
+from .hf_gemma_olmo import REFUSED
 from .hf_gpt2 import load_state
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -65,6 +66,8 @@ def model_config(folder: Union[str, Path]) -> tuple[ModelConfig, str]:
     nothing else is read."""
     d = _read_json(Path(folder) / "config.json", MAX_CONFIG_BYTES, "config.json")
     family = d.get("model_type")
+    if isinstance(family, str) and family in REFUSED:  # a model type gptviz knows and does not open (Gemma 3's
+        raise ValueError(REFUSED[family])  # image-and-text model): what to open instead
     if not isinstance(family, str) or family not in FAMILIES:
         shown = repr(family) if len(repr(family)) <= 60 else repr(family)[:57] + "…"
         raise ValueError(f"config.json's model_type={shown} is not a family gptviz opens (it opens "
