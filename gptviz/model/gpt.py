@@ -150,9 +150,8 @@ class GPT(TransformerBase):
         logits = self.lm_head(x)
         if raw is not None:
             raw["lm_in"], raw["lm_out"] = x, logits
-        if cfg.final_softcap is not None:  # Gemma 2: c · tanh(logits / c), every logit within ±c
-            logits = self.hook_logits_raw(logits, rec)  # (B, T, V)
-            logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
+        if cfg.final_softcap is not None:  # Gemma 2 soft-caps the logits: c · tanh(logits / c), each within ±c
+            logits = torch.tanh(self.hook_logits_raw(logits, rec) / cfg.final_softcap) * cfg.final_softcap  # (B, T, V)
         return self.hook_logits(logits, rec)  # (B, T, V)
 
     def forward(self, idx, targets=None, attention_mask=None):

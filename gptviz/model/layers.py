@@ -150,7 +150,7 @@ class HeadsAttention(nn.Module):
         self.hook_k = HookPoint(prefix + "hook_k")  # (B, S, nkv, hs)
         self.hook_v = HookPoint(prefix + "hook_v")  # (B, S, nkv, hs)
         self.qk_norm_full = config.qk_norm_full
-        self.scale_dim = config.d_head if config.attn_scale_dim is None else config.attn_scale_dim
+        self.scale_dim = config.attn_scale_dim  # None: √d_head; Gemma: √query_pre_attn_scalar
         self.softcap = config.attn_softcap
         if self.qk_norm:
             q_width, k_width = (self.n_head * self.d_head, self.n_kv_head * self.d_head) if self.qk_norm_full else \
@@ -198,7 +198,7 @@ class HeadsAttention(nn.Module):
             v = self.hook_v_rep(v.repeat_interleave(nh // nkv, dim=2), rec)  # (B, S, nh, hs)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T|S, hs)
         att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, S)
-        att = self.hook_scores_scaled(att / math.sqrt(self.scale_dim), rec)  # (B, nh, T, S)
+        att = self.hook_scores_scaled(att / math.sqrt(self.scale_dim or hs), rec)  # (B, nh, T, S)
         if self.softcap is not None:  # soft-capping (Gemma 2): c · tanh(s / c), every score within ±c
             att = self.hook_scores_capped(torch.tanh(att / self.softcap) * self.softcap, rec)  # (B, nh, T, S)
         att = self.hook_attn_scores(att.masked_fill(~allowed, float("-inf")), rec)  # (B, nh, T, S)
