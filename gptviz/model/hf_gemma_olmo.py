@@ -5,7 +5,8 @@ they need with their shapes, and their renaming into gptviz's names; registered 
   AND after each sublayer (``sublayer_norms="both"``: ``ln1``, ``ln1_post``, ``ln2``, ``ln2_post``), scores divided
   by √query_pre_attn_scalar (``attn_scale_dim``), attention scores and logits soft-capped (``attn_softcap``,
   ``final_softcap``), and a sliding window on every other layer (``layer_types``, else layers 0, 2, 4 …).
-- ``gemma3_text`` (``Gemma3ForCausalLM``): as Gemma 2 (caps off by default) with QK-norm on each head (Gemma's
+- ``gemma3_text`` (``Gemma3ForCausalLM``): as Gemma 2 (no caps by default; its attention never caps, whatever
+  ``attn_logit_softcapping`` says, as in transformers) with QK-norm on each head (Gemma's
   ``1 + w`` gains, folded in at load), five sliding layers in six (``sliding_window_pattern``) and their own rotary
   base (``rope_local_base``: ``rope_parameters.sliding_attention.rope_theta`` or the older ``rope_local_base_freq``),
   while the full-attention layers keep ``rope_theta`` and any scaling (``rope_parameters.full_attention`` or the older
@@ -92,16 +93,17 @@ def _gemma3_rope(d: dict) -> dict[str, Any]:
     try:
         rope = read_rope({k: v for k, v in d.items() if k not in ("rope_scaling", "rope_theta")}
                          | {"rope_parameters": full})
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("config.json's rope_parameters.",
-                                          "config.json's rope_parameters.full_attention.")) from None
+    except ValueError as exc:  # said in the keys config.json has: the full-attention object, or the older scaling
+        where = "rope_scaling." if d.get("rope_scaling") else "rope_parameters.full_attention."
+        raise ValueError(str(exc).replace("rope_parameters.", where)) from None
     return rope | {"rope_local_base": base}
 
 
 def _gemma2_config(d: dict, gemma3: bool = False) -> ModelConfig:
     """Gemma 2 (and, ``gemma3``, Gemma 3's text model): every default as transformers 5's Gemma2Config and
     Gemma3TextConfig have it. ``hidden_activation`` names the MLP's activation (transformers 5 reads no other key);
-    head_dim is read, never worked out."""
+    head_dim is read, never worked out. Gemma 3's ``attn_logit_softcapping`` is ignored, as transformers 5's
+    Gemma3Attention ignores it (it keeps the value and never passes it to the attention: no score is capped)."""
     if _flag(d, "use_bidirectional_attention", False):
         raise ValueError("use_bidirectional_attention=true is not supported: gptviz computes causal attention")
     if not _flag(d, "tie_word_embeddings", True):
@@ -129,7 +131,7 @@ def _gemma2_config(d: dict, gemma3: bool = False) -> ModelConfig:
         ln_eps=_float(d, "rms_norm_eps", default=1e-6, above=0.0),
         init_std=_float(d, "initializer_range", default=0.02, above=0.0), qk_norm=gemma3, sublayer_norms="both",
         attn_scale_dim=_float(d, "query_pre_attn_scalar", default=256.0, above=0.0),
-        attn_softcap=_cap(d, "attn_logit_softcapping", None if gemma3 else 50.0),
+        attn_softcap=None if gemma3 else _cap(d, "attn_logit_softcapping", 50.0),  # Gemma 3: read, never applied
         final_softcap=_cap(d, "final_logit_softcapping", None if gemma3 else 30.0))
 
 
