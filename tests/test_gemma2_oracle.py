@@ -306,3 +306,22 @@ def test_the_config_refuses_bad_gemma2_fields_naming_what_to_change(change, mess
 def test_the_gemma2_fields_survive_json_and_count_their_parameters():
     assert ModelConfig.from_dict(json.loads(CAP.to_json())) == CAP
     assert CAP.num_params() == GPT(CAP).num_params() == CAP.replace(sublayer_norms="before").num_params() + 2 * 2 * 16
+
+
+def test_the_logit_lens_caps_as_the_model_does_and_the_additive_splits_are_refused():
+    """The lens's last point is the trace's (capped) logits; direct logit attribution and the contribution graph,
+    which split attention into heads, refuse a model whose sublayer outputs are normalised as a whole."""
+    from gptviz.interp import lens
+    from gptviz.interp.contributions import Contributions
+
+    model = GPT(CAP)
+    tr = trace(model, ids(CAP), targets=ids(CAP))
+    _, logits = lens.logit_lens(tr, model)
+    assert torch.equal(logits[-1], tr["hook_logits"]) and logits.abs().max().item() <= 2.5
+    with pytest.raises(ValueError) as exc:
+        lens.decompose(tr, model)
+    assert str(exc.value) == "direct logit attribution splits attention into heads, but this model normalises each " \
+        "sublayer's output as a whole (a norm after it: Gemma 2 and 3, OLMo 2), so the heads' shares do not add up " \
+        "to what attention wrote"
+    with pytest.raises(ValueError, match=r"^the contribution graph splits each sublayer's output"):
+        Contributions(model, tr)

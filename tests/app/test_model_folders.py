@@ -1,5 +1,6 @@
 """Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, Qwen3 with QK-norm,
-GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU), opened as a class
+GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU, Gemma 2 with norms
+around each sublayer and soft caps, Gemma 3 with local rotary bases, OLMo 2 with norms after), opened as a class
 would: a link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with
 no exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
 import os
@@ -10,7 +11,7 @@ from hf_models import build
 from lazy_import import lazy
 
 lazy("transformers", skip=True)
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma"]
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2", "gemma3_text", "olmo2"]
 ALL_PAGES = {**PAGES, "who": "app_pages/who_did_it.py", "init": "app_pages/initialisation.py"}
 
 
@@ -49,6 +50,8 @@ def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
     assert at.query_params.get("model") == [family] or at.query_params.get("model") == family
     if family == "gemma":  # its embedding scale is inside W_E, and the page says so
         assert any("W_E is that table times √64" in c.value for c in at.caption)
+    if family in ("gemma2", "gemma3_text"):
+        assert any("W_E is that table times √32" in c.value for c in at.caption)
 
 
 def test_a_link_to_a_folder_that_is_not_there_or_a_path_opens_the_default_with_a_notice(models_dir):
