@@ -7,7 +7,8 @@ Llama, with q/k/v biases and none on the output projection); ``qwen3`` (as Llama
 each head's queries and keys before rotary, its own ``head_dim``, and Qwen2's sliding window); ``gpt_neox``
 (Pythia: parallel attention and MLP, partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1:
 Llama's blocks with GeGLU, its own ``head_dim``, RMSNorm gains stored as ``w`` and applied as ``1 + w``, and the
-embedding multiplied by √hidden_size, held untied as explained at ``_gemma_convert``).
+embedding multiplied by √hidden_size, held untied as explained at ``_gemma_convert``). Gemma 2, Gemma 3's text
+model and OLMo 2 are in ``gptviz.model.hf_gemma_olmo``, registered here at the end.
 """
 from __future__ import annotations
 
@@ -146,13 +147,13 @@ def _gemma_activation(d: dict) -> str:
 
 
 def _gemma_config(d: dict) -> ModelConfig:
-    """Gemma 1 (``model_type`` "gemma"; Gemma 2 and 3 are other model types, which gptviz does not open)."""
+    """Gemma 1 (``model_type`` "gemma"; Gemma 2 and 3 are other model types: ``gptviz.model.hf_gemma_olmo``)."""
     if _flag(d, "use_bidirectional_attention", False):
         raise ValueError("use_bidirectional_attention=true is not supported: gptviz computes causal attention")
     for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
         if d.get(key) is not None:
-            raise ValueError(f"{key} is Gemma 2's, which gptviz does not open: this config says model_type "
-                             "'gemma' (Gemma 1), which has none")
+            raise ValueError(f"{key} is Gemma 2's: this config says model_type 'gemma' (Gemma 1), which has none "
+                             "(a Gemma 2 folder's config.json says model_type 'gemma2')")
     if not _flag(d, "tie_word_embeddings", True):
         raise ValueError("tie_word_embeddings=false is not supported for gemma: gptviz opens Gemma with its "
                          "unembedding tied to its embedding table, as every Gemma 1 model is")

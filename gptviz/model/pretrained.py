@@ -1,5 +1,5 @@
-"""``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1) as a
-gptviz GPT.
+"""``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 and 3,
+OLMo 2) as a gptviz GPT.
 
 A folder holds ``config.json``, the weights as ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``) and ``tokenizer.json``. Each family (``gptviz.model.hf_families``) maps its config
@@ -213,9 +213,9 @@ def folder_tokenizer(folder: Union[str, Path], cfg: ModelConfig) -> Optional[HFT
 
 def from_pretrained(path_or_repo_id: Union[str, Path]) -> tuple[GPT, Optional[HFTokenizer]]:
     """``(model, tokenizer)`` for a Hugging Face model folder (or a hub repo id, where there is a network): GPT-2,
-    Llama, Mistral, Qwen2, Qwen3, GPT-NeoX or Gemma 1. The tokenizer is the folder's ``tokenizer.json`` read by
-    ``tokenizers`` (None if the folder has none). Every failure is a ValueError that says what to change; config.json
-    and tokenizer.json are checked before a weight is read."""
+    Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 or 3 (text) or OLMo 2. The tokenizer is the folder's
+    ``tokenizer.json`` read by ``tokenizers`` (None if the folder has none). Every failure is a ValueError that says
+    what to change; config.json and tokenizer.json are checked before a weight is read."""
     folder = resolve_folder(path_or_repo_id)
     cfg, family = model_config(folder)
     tok = folder_tokenizer(folder, cfg)

@@ -91,12 +91,13 @@ def upload(ctx, *, key: str = "wt") -> None:
 
 @section("weights.folder")
 def folder(ctx, *, key: str = "wt") -> None:
-    """A Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1): one of the server's, or
-    uploaded."""
+    """A Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 and 3, OLMo 2): one of
+    the server's, or uploaded."""
     st.markdown("A model folder as Hugging Face saves it: `config.json`, the `.safetensors` weights (sharded too) and "
-                "`tokenizer.json`. GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3, GPT-NeoX (Pythia) and "
-                "Gemma 1 open with their own tokenizer; every page then shows them, grouped-query attention, gated "
-                "MLPs and Qwen3's QK-norm included.")
+                "`tokenizer.json`. GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3, GPT-NeoX (Pythia), "
+                "Gemma 1, 2 and 3 (text) and OLMo 2 open with their own tokenizer; every page then shows them, "
+                "grouped-query attention, gated MLPs, QK-norm, Gemma's soft caps and norms after each sublayer "
+                "included.")
     names = resources.model_folder_names()
     for name in names:
         c1, c2 = st.columns([3, 1])
