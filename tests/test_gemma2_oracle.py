@@ -325,3 +325,20 @@ def test_the_logit_lens_caps_as_the_model_does_and_the_additive_splits_are_refus
         "to what attention wrote"
     with pytest.raises(ValueError, match=r"^the contribution graph splits each sublayer's output"):
         Contributions(model, tr)
+
+
+def test_a_switched_off_head_s_capped_scores_get_no_gradient_and_a_checkpoint_keeps_the_fields(tmp_path):
+    from gptviz import CharBPETokenizer
+    from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
+    from gptviz.run import edits
+
+    model = GPT(CAP)
+    spec = {"heads_off": [[0, 1]]}
+    tr = trace(model, ids(CAP), targets=ids(CAP), edits=edits.from_spec(spec, 2, 4), grads=True)
+    g = tr.grad(act_name("scores_capped", 0))
+    assert g[:, 1].abs().max() == 0 and g[:, 0].abs().max() > 0
+    assert "capped scores" in edits.switched_off_reading(tr, act_name("pattern", 0), spec)
+    save_checkpoint(tmp_path / "g.safetensors", model, CharBPETokenizer(0).train(["abcabc"]))
+    ck = load_checkpoint(tmp_path / "g.safetensors")
+    assert ck.config == CAP
+    assert torch.equal(trace(ck.model, ids(CAP))["hook_logits"], trace(model, ids(CAP))["hook_logits"])

@@ -203,3 +203,18 @@ def test_the_mlp_and_attention_pages_say_the_sublayers_read_the_raw_stream():
     assert [t for t, _ in attention_steps(cfg, 0) if "QK-norm" in t] == [
         "3a · QK-norm: all the queries normalised together (shown per head)",
         "3a · QK-norm: all the keys normalised together (shown per head)"]
+
+
+def test_a_checkpoint_of_a_model_with_norms_after_only_keeps_them(tmp_path):
+    from gptviz import CharBPETokenizer
+    from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
+
+    cfg = ModelConfig(vocab_size=20, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16, norm="rmsnorm",
+                      pos_encoding="rope", gated_mlp=True, bias=False, qk_norm=True, qk_norm_full=True,
+                      sublayer_norms="after")
+    model = GPT(cfg)
+    assert model.transformer.h[0].ln_1 is None and "transformer.h.0.ln_1_post.weight" in model.state_dict()
+    save_checkpoint(tmp_path / "o.safetensors", model, CharBPETokenizer(0).train(["abcabc"]))
+    ck = load_checkpoint(tmp_path / "o.safetensors")
+    idx = torch.randint(0, 20, (1, 6), generator=torch.Generator().manual_seed(0))
+    assert ck.config == cfg and torch.equal(trace(ck.model, idx)["hook_logits"], trace(model, idx)["hook_logits"])
