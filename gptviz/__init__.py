@@ -3,7 +3,7 @@
 The engine imports without Streamlit. Start with ``ModelConfig``, ``GPT`` and ``trace``; an encoder-decoder
 model (cross-attention) is a ``Seq2Seq``, and ``build_model(config)`` makes whichever a config describes.
 ``from_hf_gpt2(hf_model)`` imports a Hugging Face GPT-2; ``from_pretrained(folder)`` opens a Hugging Face model
-folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1) with its tokenizer.
+folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 and 3, OLMo 2) with its tokenizer.
 """
 from .config import PRESET_DESCRIPTIONS, PRESETS, ModelConfig, preset
 from .interp.attribution import attention_rollout, integrated_gradients

@@ -11,7 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .config_moe import GLU_OSS, check_moe, is_moe_layer, mlp_params, moe_layer_params, moe_trace_floats, n_moe_layers
+from . import config_sizes
+from .config_gemma import check_gemma_fields
+from .config_moe import GLU_OSS, check_moe, is_moe_layer
 from .config_rope import ROPE_TYPES as ROPE_TYPES  # re-exported: where the other choices are
 from .config_rope import check_rope_scaling
 
@@ -44,7 +46,12 @@ class ModelConfig:
     (None: every layer) while the others keep plain causal attention (Mistral, Qwen2). The window is a mask, never
     a cap on the context: a text longer than the window still fits up to ``block_size``. ``qk_norm`` (QK-norm,
     Qwen3) puts each head's query and key vectors through an RMSNorm of their own (a learned gain of ``d_head``,
-    ``ln_eps``, whatever ``norm`` says) after the split into heads and before rotary positions.
+    ``ln_eps``, whatever ``norm`` says) after the split into heads and before rotary positions; with ``qk_norm_full``
+    (OLMo 2) one RMSNorm over all the queries of a position (n_head · d_head wide) and one over all its keys instead.
+    Gemma 2 and 3 and OLMo 2 (``gptviz.config_gemma``): ``sublayer_norms`` ("before": x + f(norm(x)); "both":
+    x + norm'(f(norm(x))); "after": x + norm'(f(x))), ``attn_scale_dim`` (scores divided by its square root instead
+    of √d_head), ``attn_softcap`` and ``final_softcap`` (c · tanh(x / c) on the scaled scores, on the logits), and
+    ``rope_local_base`` (the sliding layers' own rotary base, unscaled).
     """
 
     vocab_size: int = 64
@@ -112,6 +119,12 @@ class ModelConfig:
     swiglu_limit: float = 7.0  # activation "gpt_oss_glu" only: the clamp
     swiglu_alpha: float = 1.702  # activation "gpt_oss_glu" only: the sigmoid's slope
     attn_sinks: bool = False  # GPT-OSS: a learned logit per head, a key every query sees that has no value
+    qk_norm_full: bool = False  # with qk_norm: over the whole projection (n_head·d_head, n_kv_head·d_head), OLMo 2
+    sublayer_norms: str = "before"  # "before" (pre-norm), "both" (Gemma 2, 3), "after" (OLMo 2): see config_gemma
+    attn_scale_dim: Optional[float] = None  # scores / sqrt(attn_scale_dim); None = d_head (query_pre_attn_scalar)
+    attn_softcap: Optional[float] = None  # c · tanh(scores / c) after scaling, before the mask; None = no cap
+    final_softcap: Optional[float] = None  # c · tanh(logits / c); None = no cap
+    rope_local_base: Optional[float] = None  # the sliding layers' rotary base (Gemma 3); None = rope_base everywhere
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ValueError:
@@ -207,6 +220,7 @@ class ModelConfig:
             raise ValueError("gated_mlp, n_kv_head and qk_norm are for decoder-only models (n_enc_layer=-1)")
         self._check_sliding_window()
         check_moe(self)
+        check_gemma_fields(self)
 
     def _check_sliding_window(self) -> None:
         """``sliding_window``: None or a whole number of at least 1; ``sliding_layers``: None, or layer indices in
@@ -255,62 +269,14 @@ class ModelConfig:
         return int(self.d_head * self.rotary_pct)
 
     def num_params(self) -> int:
-        """Parameter count, computed from the shape alone (nothing is allocated)."""
-        C, V, L = self.n_embd, self.vocab_size, self.n_layer
-        lin = lambda i, o, b: i * o + (o if b else 0)
-        norm = C + (C if self.bias else 0)
-        per_block = (norm + lin(C, self.d_attn + 2 * self.d_kv, self.qkv_bias)
-                     + lin(self.d_attn, C, self.attn_proj_bias) + (2 * self.d_head if self.qk_norm else 0))
-        per_block += self.n_head if self.attn_sinks else 0
-        if not self.attn_only:
-            per_block += norm + mlp_params(self, self.d_mlp, self.bias)
-        moe = n_moe_layers(self)  # those layers have experts instead of the MLP
-        total = V * C + L * per_block + moe * (moe_layer_params(self) - mlp_params(self, self.d_mlp, self.bias))
-        total += V if self.head_bias else 0
-        if self.n_enc_layer >= 0:  # each decoder block also has a norm and cross-attention (q, k, v, o)
-            total += L * (norm + 3 * lin(C, self.d_attn, self.qkv_bias) + lin(self.d_attn, C, self.attn_proj_bias))
-        if self.n_enc_layer > 0:  # the encoder: blocks like the decoder's without cross-attention
-            total += self.n_enc_layer * per_block + (norm if self.norm_placement == "pre" else 0)
-            total += self.enc_len * C if self.pos_encoding == "learned" else 0
-        if self.pos_encoding == "learned":
-            total += self.block_size * C
-        if self.norm_placement == "pre":
-            total += norm
-        if not self.tie_weights:
-            total += V * C
-        return total
+        """Parameter count, computed from the shape alone (nothing is allocated): ``gptviz.config_sizes``."""
+        return config_sizes.num_params(self)
 
     def trace_bytes(self, batch: int, seq_len: int, grads: bool = False, slim: bool = False,
                     layers: Optional[int] = None) -> int:
-        """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32). ``slim``: a decoder-only
-        model's slim trace (``gptviz.run.on_demand``): one of the four score/pattern tensors a layer (two with
-        gradients), and without gradients no probabilities, repeated keys and values or MLP output. ``layers``: how
-        many layers' steps it keeps (``trace(..., layers=...)``; default all)."""
-        B, T, C = batch, seq_len, self.n_embd
-        slim = slim and self.n_enc_layer < 0
-        lean = slim and not grads  # the extra steps are worked out when read too
-        per_layer = (
-            B * T * (12 * C + 2)  # residuals, norms, outputs
-            + B * T * 3 * self.d_attn * (3 if self.qk_norm else 2)  # qkv and q/k/v (+ rotated, + normalised)
-            + (B * T * 2 * self.d_attn if self.n_kv_head != self.n_head and not lean else 0)  # k, v repeated
-            + B * self.n_head * T * T * ((1 if lean else 2) if slim else 4)  # four score/pattern tensors
-            + B * T * self.d_attn  # z
-            + (0 if self.attn_only else B * T * self.d_mlp * ((3 if self.gated_mlp else 2) - lean))  # mlp
-        )
-        per_layer += moe_trace_floats(self, B, T) if self.n_expert else 0  # the worst case: every layer routes
-        kept = self.n_layer if layers is None else layers
-        total = (kept * per_layer + B * T * (4 * C) + B * T * self.vocab_size * (1 if lean else 2)
-                 + T * T * (1 if self.sliding_window is None else 2))  # + the causal mask (and the windowed one)
-        if self.n_enc_layer >= 0:
-            S = self.enc_len
-            cross = (B * T * (6 * C + 1) + B * T * self.d_attn * 2 + B * S * self.d_attn * 2
-                     + B * self.n_head * T * S * 4)  # norm, q, z, k and v, four score/pattern tensors
-            total += self.n_layer * cross + B * S * C  # + the encoder output
-            if self.n_enc_layer > 0:  # encoder blocks, as the decoder's blocks over S positions
-                enc_layer = (B * S * (12 * C + 2) + B * S * 3 * self.d_attn * 2 + B * self.n_head * S * S * 4
-                             + B * S * self.d_attn + (0 if self.attn_only else B * S * self.d_mlp * 2))
-                total += self.n_enc_layer * enc_layer + B * S * (4 * C)
-        return 4 * total * (2 if grads else 1)
+        """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32):
+        ``gptviz.config_sizes.trace_bytes``, which says what it counts."""
+        return config_sizes.trace_bytes(self, batch, seq_len, grads, slim, layers)
 
     @property
     def n_pos(self) -> int:
@@ -325,7 +291,8 @@ class ModelConfig:
         if self.pos_encoding == "sinusoidal":
             return 24 * self.n_pos * self.n_embd  # float64 table, angles, sin and cos; the float32 copy
         if self.pos_encoding == "rope":
-            return 28 * self.n_pos * (self.d_rot // 2)  # float64 angles and positions; float32 angles, cos, sin
+            tables = 2 if self.rope_local_base is not None else 1  # the sliding layers' own (rope_local_base)
+            return 28 * self.n_pos * (self.d_rot // 2) * tables  # float64 angles, positions; float32 angles, cos, sin
         return 0
 
     def check_limits(self, batch: int = 1, seq_len: Optional[int] = None, grads: bool = False,

@@ -95,6 +95,29 @@ def build(family: str, folder, **extra):
                               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
                               "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **extra})
         cls = T.Phi3ForCausalLM
+    elif family == "gemma2":  # 4 layers (0 and 2 slide: window 8), head_dim 12 (not 32 / 4), 2 key/value heads,
+        # query_pre_attn_scalar 20 (not head_dim) and caps small enough to bite on random weights
+        cfg = T.Gemma2Config(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4,
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+                                "max_position_embeddings": 64, "query_pre_attn_scalar": 20, "sliding_window": 8,
+                                "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, **extra})
+        cls = T.Gemma2ForCausalLM
+    elif family == "gemma3_text":  # as gemma2, with QK-norm, no caps, and local layers (0, 2) with their own base
+        cfg = T.Gemma3TextConfig(**{
+            "vocab_size": vocab, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12, "max_position_embeddings": 64,
+            "query_pre_attn_scalar": 20, "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 300.0}},
+            **extra})
+        cls = T.Gemma3ForCausalLM
+    elif family == "olmo2":  # norms after the sublayers, QK-norm over the whole projections; 2 key/value heads
+        cfg = T.Olmo2Config(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+                               "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}, "eos_token_id": 2,
+                               **extra})
+        cls = T.Olmo2ForCausalLM
     else:
         cfg = T.GPTNeoXConfig(**{"vocab_size": vocab, "hidden_size": 48, "intermediate_size": 96,
                                  "num_hidden_layers": 2, "num_attention_heads": 3, "max_position_embeddings": 64,
@@ -105,13 +128,15 @@ def build(family: str, folder, **extra):
     torch.manual_seed(0)
     model = cls(cfg).eval()
     randomise(model)
-    if family == "gemma":  # Gemma stores each norm's gain as an offset w (applied as 1 + w): random around 0
+    if family in ("gemma", "gemma2", "gemma3_text"):  # Gemma stores each norm's gain as an offset w (applied as
+        # 1 + w): random around 0
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight"):
                     p.sub_(1.0)
     model.save_pretrained(str(folder))
-    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral", "gemma"))
+    train_tokenizer(folder, vocab, sentencepiece_style=family in ("llama", "mistral", "gemma", "gemma2",
+                                                                                 "gemma3_text"))
     return model
 
 

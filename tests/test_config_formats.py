@@ -32,13 +32,21 @@ CASES = {  # name: (family, what build() is given)
     "gpt_neox, rotary_pct 0.5": ("gpt_neox", {"rope_parameters": {  # not the 0.25 a config without one gets
         "rope_type": "default", "rope_theta": 2000.0, "partial_rotary_factor": 0.5}}),
     "gemma": ("gemma", {}),
+    "gemma2": ("gemma2", {}),
+    "gemma3_text, local and global bases, linear scaling": ("gemma3_text", {}),
+    "olmo2": ("olmo2", {}),
+    "mixtral": ("mixtral", {}),
+    "qwen2_moe": ("qwen2_moe", {}),
+    "gpt_oss, yarn": ("gpt_oss", {}),
     "phi3, longrope, partial rotary": ("phi3", {"original_max_position_embeddings": 16, "rope_parameters": {
         "rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor": 0.5,
         "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 4.0, 8.0, 16.0]}}),
 }
 CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
            "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM",
-           "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM"}
+           "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
+           "gemma3_text": "Gemma3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "mixtral": "MixtralForCausalLM",
+           "qwen2_moe": "Qwen2MoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 
 
 def older_form(d: dict) -> dict:
@@ -48,6 +56,9 @@ def older_form(d: dict) -> dict:
     transformers 5 copies in from the top (Phi-3 keeps it at the top, as its configs always had it)."""
     old = {k: v for k, v in d.items() if k not in ("rope_parameters", "transformers_version")}
     p = dict(d.get("rope_parameters") or {})
+    if "full_attention" in p:  # Gemma 3: one set a layer type; before, rope_theta (+ rope_scaling) for the global
+        local, p = p["sliding_attention"], dict(p["full_attention"])  # layers, rope_local_base_freq for the others
+        old["rope_local_base_freq"] = local["rope_theta"]
     if not p:
         return old
     neox = d["model_type"] == "gpt_neox"
@@ -60,7 +71,8 @@ def older_form(d: dict) -> dict:
     if kind != "default":
         if "original_max_position_embeddings" in d:
             p.pop("original_max_position_embeddings", None)
-        old["rope_scaling"] = {"type": kind, **p}
+        # Gemma 3 was released after "rope_type" replaced "type", and its config.json files say "rope_type"
+        old["rope_scaling"] = {"rope_type" if "rope_local_base_freq" in old else "type": kind, **p}
     return old
 
 
@@ -79,7 +91,7 @@ def folders(tmp_path_factory):
 
 
 def test_every_family_gptviz_opens_is_here():
-    from gptviz.model.hf_families import FAMILIES
+    from gptviz.model.hf_registry import FAMILIES
 
     assert {family for family, _ in CASES.values()} == set(FAMILIES)
 
@@ -90,7 +102,8 @@ def test_both_forms_of_config_json_open_as_the_same_model_as_transformers(folder
     d_new, d_old = (json.loads((f / "config.json").read_text()) for f in (new, old))
     if name != "gpt2":  # GPT-2 has no rotary positions: its two forms are one
         assert "rope_parameters" in d_new and "rope_parameters" not in d_old and "rope_theta" not in d_new
-    scaled = CASES[name][1].get("rope_parameters", {}).get("rope_type", "default") != "default"
+    scaled = CASES[name][1].get("rope_parameters", {}).get("rope_type", "default") != "default" or \
+        name.startswith(("gemma3_text", "gpt_oss"))  # hf_models' Gemma 3 and GPT-OSS scale (linear, yarn)
     assert ("rope_scaling" in d_old) == scaled
     cfg_new, cfg_old = model_config(new)[0], model_config(old)[0]
     assert cfg_new == cfg_old

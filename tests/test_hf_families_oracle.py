@@ -209,7 +209,8 @@ def test_the_context_is_the_positions_capped_and_a_sliding_window_is_a_mask(tmp_
 SCALES = "gptviz computes the rotary scalings 'linear', 'dynamic', 'llama3', 'yarn', 'longrope' (and plain rotary " \
          "positions), not this one"  # the scalings themselves: tests/test_rope_scaling_oracle.py
 ACTS = "gelu, gelu_fast, gelu_new, gelu_pytorch_tanh, relu, silu, swish, tanh"  # transformers' names, sorted
-GEMMA2 = " is Gemma 2's, which gptviz does not open: this config says model_type 'gemma' (Gemma 1), which has none"
+GEMMA2 = " is Gemma 2's: this config says model_type 'gemma' (Gemma 1), which has none (a Gemma 2 folder's " \
+    "config.json says model_type 'gemma2')"
 @pytest.mark.parametrize("change, message", [
     ({"vocab_size": "16"}, "config.json's vocab_size='16' must be a whole number"),
     ({"vocab_size": 0}, "config.json's vocab_size=0 must be at least 1"),
@@ -358,4 +359,6 @@ def test_gemma_s_note_says_how_its_embedding_is_held(tmp_path):
     assert note == ("Gemma multiplies each token's embedding by √64 before the first block and unembeds with its "
                     "table unscaled: here W_E is that table times √64 and W_U the table itself, so they are shown "
                     "untied.")
-    assert all(FAMILIES[f].note is None for f in FAMILIES if f not in ("gemma", "phi3"))  # phi3's: test_phi3_oracle
+    assert all(FAMILIES[f].note is None for f in FAMILIES if f not in ("gemma", "gemma2", "gemma3_text", "phi3"))
+    assert FAMILIES["gemma2"].note(ModelConfig(n_embd=64, n_head=2)) == note  # Gemma 2 and 3 hold it the same way
+    assert FAMILIES["gemma3_text"].note(ModelConfig(n_embd=64, n_head=2)) == note

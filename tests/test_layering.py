@@ -13,7 +13,9 @@ MAX_LINES = 450
 # Each folder (or top-level module) of gptviz, with its layer. A module may import its own layer and the ones
 # below; training (5.5) may import interp (5), not the reverse.
 LAYERS = {
-    "gptviz.config": 1, "gptviz.config_rope": 1, "gptviz.config_moe": 1, "gptviz.paths": 1, "gptviz.perf": 1,
+    "gptviz.config": 1, "gptviz.config_gemma": 1, "gptviz.config_moe": 1, "gptviz.config_rope": 1,
+    "gptviz.config_sizes": 1, "gptviz.paths": 1,
+    "gptviz.perf": 1,
     "gptviz.text": 2,
     "gptviz.model": 3,
     "gptviz.run": 4,

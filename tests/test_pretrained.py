@@ -90,7 +90,10 @@ def test_byte_level_and_sentencepiece_tokens_read_as_text(tmp_path):
     (lambda d: d.update(model_type="bert"), "not a family gptviz opens"),
     (lambda d: d.update(num_attention_heads=5), "divisible"),
     (lambda d: d.update(hidden_size=10**6, intermediate_size=10**6), "over the limit"),
-    (lambda d: d.update(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}), "computes the rotary scalings"),
+    (lambda d: d.update(rope_parameters={"rope_type": "ntk_by_parts", "rope_theta": 1e4}), "computes the rotary "
+                                                                                             "scalings"),
+    (lambda d: d.update(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}), "needs rope_parameters."
+                                                                                         "short_factor"),
     (lambda d: d.update(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4}), "needs rope_parameters.factor"),
     (lambda d: d.pop("num_hidden_layers"), "lacks 'num_hidden_layers'"),
 ])

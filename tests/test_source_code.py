@@ -19,8 +19,17 @@ SEQ2SEQ = {
     "encoder, attention-only, rope": preset("decoder-cross-attention").replace(
         n_enc_layer=1, enc_len=5, attn_only=True, pos_encoding="rope"),
 }
+LATER = {  # Gemma 2 (norms before and after, scale, both caps, a sliding window), Gemma 3 (QK-norm, local base), OLMo 2
+    "gemma2-like": preset("llama-like").replace(n_kv_head=2, gated_mlp=True, sublayer_norms="both", attn_scale_dim=5,
+                                                attn_softcap=2.0, final_softcap=3.0, sliding_window=2,
+                                                sliding_layers=(0,)),
+    "gemma3-like": preset("llama-like").replace(gated_mlp=True, sublayer_norms="both", qk_norm=True, sliding_window=2,
+                                                sliding_layers=(0,), rope_local_base=50.0),
+    "olmo2-like": preset("llama-like").replace(n_kv_head=2, gated_mlp=True, sublayer_norms="after", qk_norm=True,
+                                               qk_norm_full=True),
+}
 ALL = {**CONFIGS, "default": preset("default"), "attention-only": preset("default").replace(attn_only=True),
-       "llama-like": preset("llama-like"), **SEQ2SEQ}
+       "llama-like": preset("llama-like"), **SEQ2SEQ, **LATER}
 
 
 def shape_comment(line: str) -> str:

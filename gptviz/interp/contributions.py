@@ -123,6 +123,10 @@ class Contributions:
         if cfg.n_enc_layer >= 0:
             raise ValueError("the contribution graph is for decoder-only models; this one also reads a source "
                              "through cross-attention")
+        if cfg.sublayer_norms != "before":
+            raise ValueError("the contribution graph splits each sublayer's output into the parts that wrote it, but "
+                             "this model normalises that output as a whole before adding it (a norm after each "
+                             "sublayer: Gemma 2 and 3, OLMo 2), so the parts do not add up to it")
         self.model, self.trace, self.b, self.value_bias = model, trace, int(b), value_bias
         self.n_layer, self.n_head = cfg.n_layer, cfg.n_head
         self.n_pos = int(n_pos) if n_pos is not None else int(trace[act_name("resid_pre", 0)].shape[1])

@@ -56,7 +56,8 @@ def _unembed(model: GPT, x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         if "ln_f" in model.transformer:
             x = model.transformer.ln_f(x)
-        return model.lm_head(x)
+        cap = model.config.final_softcap  # Gemma 2's soft cap on the logits, as the model applies it
+        return model.lm_head(x) if cap is None else torch.tanh(model.lm_head(x) / cap) * cap
 
 
 def _rows(rows) -> Union[slice, list[int]]:
@@ -224,7 +225,8 @@ def _token_ids(trace, tokens: Tokens, shape: tuple[int, ...], vocab: int) -> tor
 
 def decompose(trace, model: GPT, tokens: Tokens = "target", at: Optional[tuple[int, int]] = None):
     """Direct logit attribution: ``(labels, contributions, bias)`` with
-    ``contributions.sum(0) + bias == logits[b, t, tokens[b, t]]``.
+    ``contributions.sum(0) + bias == logits[b, t, tokens[b, t]]``. Refused (ValueError) for a model with a norm after
+    its sublayers (``sublayer_norms``: Gemma 2 and 3, OLMo 2), whose heads' outputs are normalised together.
 
     ``at=(b, t)``: that one batch row and position only (outputs of batch and position size 1), as the page shows
     one position: a long text's every position would cost hundreds of times more.
@@ -257,6 +259,10 @@ def decompose(trace, model: GPT, tokens: Tokens = "target", at: Optional[tuple[i
                 "direct logit attribution needs a pre-norm model: with norm_placement='post' every block renormalises "
                 "the stream, so the logit is not a sum of what each part wrote. Choose norm_placement='pre'."
             )
+        if cfg.sublayer_norms != "before":
+            raise ValueError("direct logit attribution splits attention into heads, but this model normalises each "
+                             "sublayer's output as a whole (a norm after it: Gemma 2 and 3, OLMo 2), so the heads' "
+                             "shares do not add up to what attention wrote")
         L = cfg.n_layer
         x_final = _t(trace[f"blocks.{L - 1}.hook_resid_post"])
         ids = _token_ids(trace, tokens, tuple(x_final.shape[:2]), cfg.vocab_size)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .hook_points import HookPoint
-from .layers import Linear, sinusoidal_table
+from .layers import Linear, rope_angles, sinusoidal_table
 from .rope_scaling import own_tables, rope_cos_sin
 
 _BUILD = threading.local()
@@ -53,6 +53,8 @@ class TransformerBase(nn.Module):
     pos_table: torch.Tensor  # sinusoidal positions only
     rope_cos: torch.Tensor  # rotary positions only
     rope_sin: torch.Tensor
+    rope_cos_local: torch.Tensor  # Gemma 3's sliding layers' own (rope_local_base) only
+    rope_sin_local: torch.Tensor
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -75,6 +77,10 @@ class TransformerBase(nn.Module):
             cos, sin = rope_cos_sin(config, n_pos)  # (n_pos, d_rot/2) each: the dimensions turned, scaled if so
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+            if config.rope_local_base is not None:  # the sliding layers' plain tables of their own base
+                ang = rope_angles(n_pos, config.d_rot, config.rope_local_base)  # (n_pos, d_rot/2)
+                self.register_buffer("rope_cos_local", ang.cos(), persistent=False)
+                self.register_buffer("rope_sin_local", ang.sin(), persistent=False)
         self.reset_parameters(config.seed)
         self.eval()
 
@@ -178,10 +184,13 @@ class TransformerBase(nn.Module):
             return self.pos_table[:T][None].expand(B, T, cfg.n_embd)
         return None
 
-    def rope_tables(self, T: int):
+    def rope_tables(self, T: int, local: bool = False):
         """``(cos, sin)``, each (T, d_rot/2), for rotary positions; None for any other kind. Dynamic NTK scaling
         works a text longer than its original context out from that text's length, as transformers does for each
-        forward pass (``rope_scaling.inverse_frequencies``): those tables are built for this T."""
+        forward pass (``rope_scaling.inverse_frequencies``): those tables are built for this T. ``local``: the
+        sliding layers' own plain tables (``config.rope_local_base``, Gemma 3), never scaled."""
+        if local:
+            return self.rope_cos_local[:T], self.rope_sin_local[:T]
         if own_tables(self.config, T):
             cos, sin = rope_cos_sin(self.config, T, seq_len=T)
             return cos.to(self.rope_cos.device), sin.to(self.rope_sin.device)

@@ -51,14 +51,18 @@ class Block(nn.Module):
         self.dropout = config.dropout
         self.attn_only = config.attn_only
         self.parallel = config.parallel_attn
+        before, after = config.sublayer_norms in ("before", "both"), config.sublayer_norms in ("both", "after")
+        p = f"blocks.{layer}."
         self.moe = False  # a mixture of experts instead of the MLP (config.is_moe_layer)
-        self.ln_1 = Norm(config, f"blocks.{layer}.ln1")
+        # Gemma 2 and 3 norm before and after each sublayer, OLMo 2 only after (ln1_post, ln2_post, as TransformerLens)
+        self.ln_1 = Norm(config, p + "ln1") if before else None
+        self.ln_1_post = Norm(config, p + "ln1_post") if after else None
         self.attn = CausalSelfAttention(config, layer)
         if not self.attn_only:  # an attention-only block has no second norm and no MLP
-            self.ln_2 = Norm(config, f"blocks.{layer}.ln2")
+            self.ln_2 = Norm(config, p + "ln2") if before else None
+            self.ln_2_post = Norm(config, p + "ln2_post") if after else None
             self.moe = config.is_moe_layer(layer)
             self.mlp = MixtureOfExperts(config, layer) if self.moe else MLP(config, layer)
-        p = f"blocks.{layer}."
         self.hook_resid_pre = HookPoint(p + "hook_resid_pre")  # (B, T, C)
         self.hook_attn_out = HookPoint(p + "hook_attn_out")  # (B, T, C)
         self.hook_resid_mid = HookPoint(p + "hook_resid_mid")  # (B, T, C)
@@ -72,17 +76,18 @@ class Block(nn.Module):
         x = sublayer(self, x, lambda h: self.attn(h, mask, rope_cs, rec, train), self.ln_1,
                      self.hook_attn_out,  # (B, T, C)
                      self.hook_resid_mid,  # (B, T, C)
-                     rec, train)
+                     rec, train, self.ln_1_post)
         if self.attn_only:
             return self.hook_resid_post(x, rec)  # (B, T, C)
         return sublayer(self, x, lambda h: self.mlp(h, rec, train) if self.moe else self.mlp(h, rec), self.ln_2,
                         self.hook_mlp_out,  # (B, T, C)
                         self.hook_resid_post,  # (B, T, C)
-                        rec, train)
+                        rec, train, self.ln_2_post)
 
     def forward_parallel(self, x, mask, rope_cs, rec: Recorder = None, train: bool = False):
         """GPT-NeoX's block: attention and the MLP both read the block's input ``x``, each through its own norm."""
         x = self.hook_resid_pre(x, rec)  # (B, T, C)
+        assert self.ln_1 is not None and self.ln_2 is not None  # a parallel block has its norms before (config)
         a = train_dropout(self.attn(self.ln_1(x, rec), mask, rope_cs, rec, train), self.dropout, train)
         a = self.hook_attn_out(a, rec)  # (B, T, C)
         mid = self.hook_resid_mid(x + a, rec)  # (B, T, C)
@@ -117,6 +122,8 @@ class GPT(TransformerBase):
             self.lm_head = Linear(config.n_embd, config.vocab_size, bias=config.head_bias)
         self.hook_embed = HookPoint("hook_embed")  # (B, T, C)
         self.hook_pos_embed = HookPoint("hook_pos_embed")  # (B, T, C)
+        if config.final_softcap is not None:
+            self.hook_logits_raw = HookPoint("hook_logits_raw")  # (B, T, V): the unembedding's output, before the cap
         self.hook_logits = HookPoint("hook_logits")  # (B, T, V)
         self.set_up(n_pos=config.block_size)
 
@@ -138,13 +145,16 @@ class GPT(TransformerBase):
         x = train_dropout(x, cfg.dropout, train)
         masks = self.layer_masks(T, attention_mask)  # per layer: a sliding window may be on some layers only
         rope_cs = self.rope_tables(T)
-        for block, mask in zip(self.transformer.h, masks):
-            x = block(x, mask, rope_cs, rec, train)
+        local_cs = self.rope_tables(T, local=True) if cfg.rope_local_base is not None else rope_cs
+        for layer, (block, mask) in enumerate(zip(self.transformer.h, masks)):  # Gemma 3: sliding layers' own tables
+            x = block(x, mask, local_cs if cfg.layer_window(layer) is not None else rope_cs, rec, train)
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x, rec)
         logits = self.lm_head(x)
         if raw is not None:
             raw["lm_in"], raw["lm_out"] = x, logits
+        if cfg.final_softcap is not None:  # Gemma 2 soft-caps the logits: c · tanh(logits / c), each within ±c
+            logits = torch.tanh(self.hook_logits_raw(logits, rec) / cfg.final_softcap) * cfg.final_softcap  # (B, T, V)
         return self.hook_logits(logits, rec)  # (B, T, V)
 
     def forward(self, idx, targets=None, attention_mask=None):

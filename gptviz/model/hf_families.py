@@ -8,40 +8,26 @@ each head's queries and keys before rotary, its own ``head_dim``, and Qwen2's sl
 (Pythia: parallel attention and MLP, partial rotary, a fused projection laid out head by head); ``gemma`` (Gemma 1:
 Llama's blocks with GeGLU, its own ``head_dim``, RMSNorm gains stored as ``w`` and applied as ``1 + w``, and the
 embedding multiplied by √hidden_size, held untied as explained at ``_gemma_convert``); ``phi3`` (Phi-3: Llama's
-blocks with fused projections, in a file of its own, ``gptviz.model.hf_phi3``).
+blocks with fused projections, in a file of its own, ``gptviz.model.hf_phi3``). Gemma 2, Gemma 3's text model and
+OLMo 2 are in ``gptviz.model.hf_gemma_olmo``, registered here at the end; the mixtures of experts in
+``gptviz.model.hf_moe`` (``gptviz.model.hf_registry`` has them all).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
 from ..config import ModelConfig
-from .hf_config_fields import MAX_CONTEXT as MAX_CONTEXT  # re-exported: where the families' tests look for it
-from .hf_config_fields import _activation, _bad, _build, _context, _flag, _float, _int, _text
-from .hf_config_fields import in_config_terms as in_config_terms  # re-exported (gptviz.model.pretrained)
+from .hf_config_fields import _bad, _flag, _float, _int, _text
+from .hf_family_base import MAX_CONTEXT as MAX_CONTEXT  # re-exported: where the tests look for it
+from .hf_family_base import Family, _activation, _build, _context
+from .hf_family_base import in_config_terms as in_config_terms  # re-exported: the loader's
+from .hf_gemma_olmo import FAMILIES as _GEMMA_OLMO
 from .hf_gpt2 import gpt2_state_dict_to_gptviz
 from .hf_phi3 import PHI3_NAMES, phi3_config, phi3_convert, phi3_note, phi3_shapes
 from .hf_rope import NAMES as _ROPE_NAMES
 from .hf_rope import reach, read_rope
-
-
-@dataclass
-class Family:
-    """How one ``model_type`` maps onto gptviz: its config, the tensors it needs, and the rename."""
-
-    config: Callable[[dict], ModelConfig]
-    shapes: Callable[[ModelConfig], dict[str, tuple]]  # the Hugging Face tensor names and shapes it needs
-    convert: Callable[[Callable[[str], torch.Tensor], ModelConfig], dict]  # (tensor by its HF name) -> gptviz dict
-    note: Optional[Callable[[ModelConfig], str]] = None  # what a reader must know of how gptviz holds this family
-    names: dict[str, str] = field(default_factory=dict)  # gptviz's config field -> the config.json key it comes from
-
-
-# --------------------------------------------------------------------------- reading config.json
-# Every value a family reads is checked, for its type and its range, before a ModelConfig is made: a wrong value is a
-# ValueError that names the config.json key. The readers (_int, _float, _flag, _text, _object, _activation, _context)
-# and _build are in gptviz.model.hf_config_fields, which the families kept in files of their own share.
 
 
 def _mistral_window(d: dict, n_layer: int) -> dict:
@@ -164,13 +150,13 @@ def _gemma_activation(d: dict) -> str:
 
 
 def _gemma_config(d: dict) -> ModelConfig:
-    """Gemma 1 (``model_type`` "gemma"; Gemma 2 and 3 are other model types, which gptviz does not open)."""
+    """Gemma 1 (``model_type`` "gemma"; Gemma 2 and 3 are other model types: ``gptviz.model.hf_gemma_olmo``)."""
     if _flag(d, "use_bidirectional_attention", False):
         raise ValueError("use_bidirectional_attention=true is not supported: gptviz computes causal attention")
     for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
         if d.get(key) is not None:
-            raise ValueError(f"{key} is Gemma 2's, which gptviz does not open: this config says model_type "
-                             "'gemma' (Gemma 1), which has none")
+            raise ValueError(f"{key} is Gemma 2's: this config says model_type 'gemma' (Gemma 1), which has none "
+                             "(a Gemma 2 folder's config.json says model_type 'gemma2')")
     if not _flag(d, "tie_word_embeddings", True):
         raise ValueError("tie_word_embeddings=false is not supported for gemma: gptviz opens Gemma with its "
                          "unembedding tied to its embedding table, as every Gemma 1 model is")
@@ -355,3 +341,5 @@ FAMILIES: dict[str, Family] = {
         names=_GEMMA_NAMES),
     "phi3": Family(phi3_config, phi3_shapes, phi3_convert, phi3_note, names=PHI3_NAMES),  # gptviz.model.hf_phi3
 }
+# Gemma 2, Gemma 3's text model and OLMo 2: gptviz.model.hf_gemma_olmo
+FAMILIES.update(_GEMMA_OLMO)

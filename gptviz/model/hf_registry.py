@@ -29,6 +29,11 @@ FAMILY_TABLE: dict[str, FamilyRow] = {
                                 "own)"),
     "gpt_neox": FamilyRow("GPT-NeoX (Pythia)", "attention and MLP side by side, partial rotary"),
     "gemma": FamilyRow("Gemma 1", "GeGLU, RMSNorm gains 1 + w, embeddings scaled by √d_model"),
+    "gemma2": FamilyRow("Gemma 2", "norms before and after each sublayer, soft-capped attention scores and logits "
+                                   "(two steps of their own), query_pre_attn_scalar, alternating sliding windows"),
+    "gemma3_text": FamilyRow("Gemma 3 (text)", "Gemma 2's blocks with QK-norm, local and global layers with their own "
+                                               "rotary bases"),
+    "olmo2": FamilyRow("OLMo 2", "norms after the sublayers only, QK-norm over the whole query and key projections"),
     "phi3": FamilyRow("Phi-3", "fused QKV and gate-up projections, partial rotary, longrope scaling"),
     "mixtral": FamilyRow("Mixtral", "a mixture of experts in every layer: router logits and probabilities, top-2 "
                                     "experts and their weights"),

@@ -26,15 +26,15 @@ import re
 from typing import NamedTuple, Optional
 
 # Steps outside every block: the hook is "hook_" + step.
-GLOBAL_STEPS = ("embed", "pos_embed", "logits", "probs", "loss_per_token", "loss",
+GLOBAL_STEPS = ("embed", "pos_embed", "logits_raw", "logits", "probs", "loss_per_token", "loss",
                 "enc_embed", "enc_pos_embed", "enc_out")
 # One block's residual stream and its sublayers' outputs: "blocks.{layer}.hook_" + step.
 BLOCK_STEPS = ("resid_pre", "attn_out", "resid_mid", "cross_out", "resid_cross", "mlp_out", "resid_post")
 # The steps inside one attention, in the order they are computed.
 ATTENTION_STEPS = ("qkv", "q", "k", "v", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep", "scores_raw",
-                   "scores_scaled", "attn_scores", "sink", "pattern", "z")
-CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS
-                              if s not in ("qkv", "q_normed", "k_normed", "rot_q", "rot_k", "k_rep", "v_rep", "sink"))
+                   "scores_scaled", "scores_capped", "attn_scores", "sink", "pattern", "z")
+CROSS_ATTENTION_STEPS = tuple(s for s in ATTENTION_STEPS if s not in ("qkv", "q_normed", "k_normed", "rot_q", "rot_k",
+                                                                      "k_rep", "v_rep", "scores_capped", "sink"))
 DENSE_MLP_STEPS = ("pre", "pre_linear", "post")
 # A mixture of experts' steps (gptviz.model.experts), in the order they are computed; the shared expert's two only
 # with one (Qwen2-MoE).
@@ -42,7 +42,7 @@ EXPERT_STEPS = ("router_logits", "router_probs", "expert_weights", "expert_out",
 MLP_STEPS = DENSE_MLP_STEPS + EXPERT_STEPS
 NORM_STEPS = ("scale", "normalized", "out")
 ATTENTIONS = ("attn", "cross_attn")
-BLOCK_NORMS = ("ln1", "ln2", "ln_cross")
+BLOCK_NORMS = ("ln1", "ln2", "ln_cross", "ln1_post", "ln2_post")  # *_post: a norm of a sublayer's output
 NORMS = BLOCK_NORMS + ("ln_final",)
 PARTS = ATTENTIONS + ("mlp",) + NORMS
 # What only a decoder block has (cross-attention); an encoder block is a GPT block without the causal mask.
@@ -141,7 +141,8 @@ def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[
     """The steps one attention of a model with config ``cfg`` records, in order: GPT's self-attention has one
     ``qkv`` projection, an encoder-decoder model's attentions separate ones; only self-attention rotates (RoPE),
     only grouped-query attention (fewer key/value heads than query heads) repeats keys and values, and only a
-    model with QK-norm (``qk_norm``) normalises each head's queries and keys."""
+    model with QK-norm (``qk_norm``) normalises each head's queries and keys, and only one with ``attn_softcap``
+    soft-caps its scores."""
     if part not in ATTENTIONS:
         raise ValueError(f"no attention {part!r}: the attentions are {', '.join(ATTENTIONS)}")
     if part == "cross_attn" and (encoder or cfg.n_enc_layer < 0):
@@ -153,6 +154,8 @@ def attention_steps(cfg, part: str = "attn", *, encoder: bool = False) -> tuple[
     skip = {"rot_q", "rot_k"} if cfg.pos_encoding != "rope" else set()
     if not getattr(cfg, "qk_norm", False):
         skip |= {"q_normed", "k_normed"}
+    if getattr(cfg, "attn_softcap", None) is None:
+        skip.add("scores_capped")
     if cfg.n_enc_layer >= 0:
         skip.add("qkv")
     if getattr(cfg, "n_kv_head", cfg.n_head) == cfg.n_head:
@@ -184,9 +187,14 @@ def _block_act_names(cfg, layer: int, encoder: bool) -> list[str]:
     if not cfg.attn_only:
         sublayers.append(("ln2", [name(s, "mlp") for s in mlp_steps(cfg, None if encoder else layer)], "mlp_out",
                           "resid_post"))
+    where = getattr(cfg, "sublayer_norms", "before")  # Gemma 2 and 3: "both" (ln1, ln1_post …); OLMo 2: "after"
     for norm, inner, sub_out, resid in sublayers:
         norm_names = [name(s, norm) for s in NORM_STEPS]
-        out += (norm_names + inner + [name(sub_out)]) if pre else (inner + [name(sub_out)] + norm_names)
+        if pre and norm != "ln_cross" and where != "before":
+            post_names = [name(s, norm + "_post") for s in NORM_STEPS]
+            out += (norm_names if where == "both" else []) + inner + post_names + [name(sub_out)]
+        else:
+            out += (norm_names + inner + [name(sub_out)]) if pre else (inner + [name(sub_out)] + norm_names)
         out.append(name(resid))
     if cfg.attn_only:
         out.append(name("resid_post"))
@@ -211,7 +219,8 @@ def act_names(cfg, *, targets: bool = False) -> list[str]:
     out += [act_name("embed")] + ([act_name("pos_embed")] if positions else [])
     for layer in range(cfg.n_layer):
         out += _block_act_names(cfg, layer, encoder=False)
-    out += final + [act_name("logits")]
+    capped = getattr(cfg, "final_softcap", None) is not None  # Gemma 2: the unembedding's output, then capped
+    out += final + ([act_name("logits_raw")] if capped else []) + [act_name("logits")]
     if targets:
         out += [act_name(s) for s in ("probs", "loss_per_token", "loss")]
     return out

@@ -106,7 +106,7 @@ class HeadNorm(nn.Module):
     """QK-norm's RMSNorm (Qwen3): each head's vector (the last axis, ``d_head`` wide) divided by its root mean square,
     times a learned gain ``weight`` shared by every head; no shift. Its output is hooked by the attention."""
 
-    def __init__(self, d_head: int, eps: float):
+    def __init__(self, d_head: int, eps: float):  # OLMo 2's (qk_norm_full): d_head is the whole projection's width
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_head))
@@ -129,7 +129,10 @@ class HeadsAttention(nn.Module):
     ``config.n_kv_head`` heads (grouped-query attention), each repeated for the query heads it serves, a step of
     its own (``hook_k_rep``, ``hook_v_rep``) when there are fewer key/value heads than query heads. With
     ``config.qk_norm`` each head's queries and keys go through their own ``HeadNorm`` (``q_norm``, ``k_norm``) before
-    they are rotated, steps of their own (``hook_q_normed``, ``hook_k_normed``).
+    they are rotated, steps of their own (``hook_q_normed``, ``hook_k_normed``); with ``config.qk_norm_full`` (OLMo 2)
+    the norm is over all of a position's queries (keys) at once, and its output is recorded split into heads. The
+    scores are divided by √``config.attn_scale_dim`` (√d_head unless set) and, with ``config.attn_softcap``,
+    soft-capped before the mask (``hook_scores_capped``).
     """
 
     def __init__(self, config: ModelConfig, prefix: str, *, rope: bool, fused_qkv: bool, declare_rot: bool,
@@ -146,8 +149,13 @@ class HeadsAttention(nn.Module):
         self.hook_q = HookPoint(prefix + "hook_q")  # (B, T, nh, hs)
         self.hook_k = HookPoint(prefix + "hook_k")  # (B, S, nkv, hs)
         self.hook_v = HookPoint(prefix + "hook_v")  # (B, S, nkv, hs)
+        self.qk_norm_full = config.qk_norm_full
+        self.scale_dim = config.attn_scale_dim  # None: √d_head; Gemma: √query_pre_attn_scalar
+        self.softcap = config.attn_softcap
         if self.qk_norm:
-            self.q_norm, self.k_norm = HeadNorm(config.d_head, config.ln_eps), HeadNorm(config.d_head, config.ln_eps)
+            q_width, k_width = (self.n_head * self.d_head, self.n_kv_head * self.d_head) if self.qk_norm_full else \
+                (config.d_head, config.d_head)
+            self.q_norm, self.k_norm = HeadNorm(q_width, config.ln_eps), HeadNorm(k_width, config.ln_eps)
             self.hook_q_normed = HookPoint(prefix + "hook_q_normed")  # (B, T, nh, hs)
             self.hook_k_normed = HookPoint(prefix + "hook_k_normed")  # (B, S, nkv, hs)
         if declare_rot:
@@ -161,6 +169,8 @@ class HeadsAttention(nn.Module):
             self.hook_sink = HookPoint(prefix + "hook_sink")  # (B, nh, T, 1)
         self.hook_scores_raw = HookPoint(prefix + "hook_scores_raw")  # (B, nh, T, S)
         self.hook_scores_scaled = HookPoint(prefix + "hook_scores_scaled")  # (B, nh, T, S)
+        if self.softcap is not None:
+            self.hook_scores_capped = HookPoint(prefix + "hook_scores_capped")  # (B, nh, T, S)
         self.hook_attn_scores = HookPoint(prefix + "hook_attn_scores")  # (B, nh, T, S)
         self.hook_pattern = HookPoint(prefix + "hook_pattern")  # (B, nh, T, S)
         self.hook_z = HookPoint(prefix + "hook_z")  # (B, T, nh, hs)
@@ -176,7 +186,10 @@ class HeadsAttention(nn.Module):
         q = self.hook_q(q.view(B, T, nh, hs), rec)  # (B, T, nh, hs)
         k = self.hook_k(k.view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
         v = self.hook_v(v.view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
-        if self.qk_norm:  # QK-norm: each head's query and key scaled to unit RMS, times a learned gain
+        if self.qk_norm and self.qk_norm_full:  # OLMo 2: all of a position's queries (keys) at once, then the heads
+            q = self.hook_q_normed(self.q_norm(q.reshape(B, T, nh * hs)).view(B, T, nh, hs), rec)  # (B, T, nh, hs)
+            k = self.hook_k_normed(self.k_norm(k.reshape(B, S, nkv * hs)).view(B, S, nkv, hs), rec)  # (B, S, nkv, hs)
+        elif self.qk_norm:  # QK-norm: each head's query and key scaled to unit RMS, times a learned gain
             q = self.hook_q_normed(self.q_norm(q), rec)  # (B, T, nh, hs)
             k = self.hook_k_normed(self.k_norm(k), rec)  # (B, S, nkv, hs)
         if self.rope:
@@ -188,7 +201,9 @@ class HeadsAttention(nn.Module):
             v = self.hook_v_rep(v.repeat_interleave(nh // nkv, dim=2), rec)  # (B, S, nh, hs)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T|S, hs)
         att = self.hook_scores_raw(q @ k.transpose(-2, -1), rec)  # (B, nh, T, S)
-        att = self.hook_scores_scaled(att / math.sqrt(hs), rec)  # (B, nh, T, S)
+        att = self.hook_scores_scaled(att / math.sqrt(self.scale_dim or hs), rec)  # (B, nh, T, S)
+        if self.softcap is not None:  # soft-capping (Gemma 2): c · tanh(s / c), every score within ±c
+            att = self.hook_scores_capped(torch.tanh(att / self.softcap) * self.softcap, rec)  # (B, nh, T, S)
         att = self.hook_attn_scores(att.masked_fill(~allowed, float("-inf")), rec)  # (B, nh, T, S)
         if hasattr(self, "sinks"):  # the sink is one more column in the softmax, dropped after it
             sink = self.sinks.view(1, nh, 1, 1).expand(B, nh, T, 1)
@@ -249,15 +264,18 @@ class MLP(nn.Module):
         return self.c_proj(h)  # (B, T, C)
 
 
-def sublayer(block, x, f, norm, hook_out, hook_resid, rec: Recorder = None, train: bool = False):
+def sublayer(block, x, f, norm, hook_out, hook_resid, rec: Recorder = None, train: bool = False, post=None):
     """One sublayer ``f`` (attention or MLP) of ``block`` with its residual connection and norm, hooked as
     ``hook_out`` (f's output, after dropout) and ``hook_resid`` (the stream after the add).
 
     Pre-norm (GPT-2): ``x + f(norm(x))``. Post-norm (the 2017 Transformer): ``norm(x + f(x))``. ``block`` gives
-    ``pre_norm`` and ``dropout``."""
+    ``pre_norm`` and ``dropout``. ``post``, a norm of f's output before the add: Gemma 2 and 3's
+    ``x + post(f(norm(x)))``, and OLMo 2's ``x + post(f(x))`` (``norm`` None: no norm before)."""
     p = block.dropout
-    h = norm(x, rec) if block.pre_norm else x
+    h = norm(x, rec) if block.pre_norm and norm is not None else x
     out = f(h)
+    if post is not None:
+        out = post(out, rec)  # (B, T, C)
     if train and p > 0:
         out = F.dropout(out, p, training=True)
     out = hook_out(out, rec)  # (B, T, C)

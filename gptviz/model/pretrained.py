@@ -1,5 +1,5 @@
-"""``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, Phi-3) as
-a gptviz GPT.
+"""``from_pretrained``: a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 and 3,
+OLMo 2, Phi-3, Mixtral, Qwen2-MoE, GPT-OSS) as a gptviz GPT.
 
 A folder holds ``config.json``, the weights as ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``) and ``tokenizer.json``. Each family (``gptviz.model.hf_families``) maps its config
@@ -35,6 +35,7 @@ from ..config import ModelConfig
 from ..text.hf_tokenizer import HFTokenizer
 from .gpt import GPT
 from .hf_families import in_config_terms
+from .hf_gemma_olmo import REFUSED
 from .hf_gpt2 import load_state
 from .hf_registry import FAMILIES
 
@@ -66,6 +67,8 @@ def model_config(folder: Union[str, Path]) -> tuple[ModelConfig, str]:
     nothing else is read."""
     d = _read_json(Path(folder) / "config.json", MAX_CONFIG_BYTES, "config.json")
     family = d.get("model_type")
+    if isinstance(family, str) and family in REFUSED:  # a model type gptviz knows and does not open (Gemma 3's
+        raise ValueError(REFUSED[family])  # image-and-text model): what to open instead
     if not isinstance(family, str) or family not in FAMILIES:
         shown = repr(family) if len(repr(family)) <= 60 else repr(family)[:57] + "…"
         raise ValueError(f"config.json's model_type={shown} is not a family gptviz opens (it opens "
@@ -211,9 +214,10 @@ def folder_tokenizer(folder: Union[str, Path], cfg: ModelConfig) -> Optional[HFT
 
 def from_pretrained(path_or_repo_id: Union[str, Path]) -> tuple[GPT, Optional[HFTokenizer]]:
     """``(model, tokenizer)`` for a Hugging Face model folder (or a hub repo id, where there is a network): GPT-2,
-    Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1 or Phi-3. The tokenizer is the folder's ``tokenizer.json`` read by
-    ``tokenizers`` (None if the folder has none). Every failure is a ValueError that says what to change; config.json
-    and tokenizer.json are checked before a weight is read."""
+    Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 or 3 (text), OLMo 2, Phi-3, Mixtral, Qwen2-MoE or GPT-OSS
+    (``hf_registry.FAMILY_TABLE``). The tokenizer is the folder's ``tokenizer.json`` read by ``tokenizers`` (None if
+    the folder has none). Every failure is a ValueError that says what to change; config.json and tokenizer.json
+    are checked before a weight is read."""
     folder = resolve_folder(path_or_repo_id)
     cfg, family = model_config(folder)
     tok = folder_tokenizer(folder, cfg)

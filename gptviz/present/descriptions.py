@@ -13,6 +13,7 @@ from typing import Optional
 from ..config import ModelConfig
 from ..run.step_meta import MASKED, NONNEGATIVE, PROBABILITY, SIGNED, StepMeta, split_name, step_meta
 from .descriptions_experts import expert_words
+from .descriptions_later import later_models_words
 from .source_code import step_code
 
 __all__ = ["StepInfo", "describe", "step_info", "SIGNED", "NONNEGATIVE", "PROBABILITY", "MASKED"]
@@ -30,11 +31,15 @@ class StepInfo(StepMeta):
 def _norm_info(name: str, which: str, layer: Optional[int], part: str, cfg: ModelConfig,
                stack: str = "decoder") -> tuple:
     label = {"ln1": "LN₁", "ln2": "LN₂", "ln_final": "final norm", "ln_cross": "LN cross",
-             "enc_ln_final": "encoder final norm"}[which]
+             "enc_ln_final": "encoder final norm", "ln1_post": "LN₁ post", "ln2_post": "LN₂ post"}[which]
     tex = {"ln1": r"\mathrm{LN}_1", "ln2": r"\mathrm{LN}_2", "ln_final": r"\mathrm{LN}_f",
-           "ln_cross": r"\mathrm{LN}_c", "enc_ln_final": r"\mathrm{LN}_{f,\mathrm{enc}}"}[which]
+           "ln_cross": r"\mathrm{LN}_c", "enc_ln_final": r"\mathrm{LN}_{f,\mathrm{enc}}",
+           "ln1_post": r"\mathrm{LN}_1^{\mathrm{post}}", "ln2_post": r"\mathrm{LN}_2^{\mathrm{post}}"}[which]
     mid = r"x_{\mathrm{cross}}" if cfg.n_enc_layer >= 0 and stack == "decoder" else r"x_{\mathrm{mid}}"
-    if which in ("ln_final", "enc_ln_final"):
+    if which in ("ln1_post", "ln2_post"):  # Gemma 2, 3 and OLMo 2: a sublayer's output, before the residual add
+        source = r"\mathrm{attn}(\cdot)" if which == "ln1_post" else r"\mathrm{mlp}(\cdot)"
+        where = ("attention's" if which == "ln1_post" else "the MLP's") + " output, before it is added to the stream"
+    elif which in ("ln_final", "enc_ln_final"):
         source = r"x^{(L)}"
         where = "the last " + ("encoder " if which == "enc_ln_final" else "") + "layer's residual stream"
     elif which == "ln_cross":
@@ -110,7 +115,8 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
         return None  # a decoder-only model has no encoder and no cross-attention
     hs = cfg.d_head
     tied = cfg.tie_weights
-    norm_parts = re.match(r"^(ln1|ln2|ln_cross|ln_final|enc_ln_final)\.(hook_scale|hook_normalized|hook_out)$", rest)
+    norm_parts = re.match(r"^(ln1_post|ln2_post|ln1|ln2|ln_cross|ln_final|enc_ln_final)\."
+                          r"(hook_scale|hook_normalized|hook_out)$", rest)
     if norm_parts:
         which, part = norm_parts.groups()
         return _norm_info(rest, which, layer, part, cfg, stack)
@@ -312,6 +318,7 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
             r"x_{\mathrm{pre}})) + \mathrm{mlp}(\mathrm{LN}_2(x_{\mathrm{pre}}))",
             "Attention and the MLP, side by side, both added to the block's input (GPT-NeoX's parallel block): the "
             "layer's output.")
+    later_models_words(table, layer, cfg)  # Gemma 2 and 3, OLMo 2: their norms, scale, caps and QK-norm
     return table.get(rest)
 
 

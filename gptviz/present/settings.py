@@ -18,13 +18,15 @@ CKPT_PREFIX = "checkpoint: "
 FOLDER_PREFIX = "folder: "  # a preset naming a model folder in the server's models directory (?model=NAME)
 
 # Config fields the sidebar edits (vocab_size always comes from the tokenizer; a sliding window comes with a loaded
-# model, a Mistral or Qwen2 folder, and is not a setting; nor is QK-norm, a Qwen3 folder's, nor a rotary scaling, a
-# Llama 3 folder's: every rope_* field but rope_base; nor a mixture of experts, a shipped checkpoint's or a Mixtral,
+# model, a Mistral or Qwen2 folder, and is not a setting; nor is QK-norm, a Qwen3 folder's, nor Gemma 2, 3 and OLMo
+# 2's norms, scale and caps, nor a rotary scaling, a Llama 3 folder's: every rope_* field but rope_base, Gemma 3's
+# rope_local_base too; nor a mixture of experts, a shipped checkpoint's or a Mixtral,
 # Qwen2-MoE or GPT-OSS folder's).
 MOE_FIELDS = ("n_expert", "n_expert_active", "d_expert", "moe_layers", "expert_renorm", "d_shared_expert",
               "router_bias", "expert_bias", "router_aux_coef", "swiglu_limit", "swiglu_alpha", "attn_sinks")
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)
-                 if f.name not in ("vocab_size", "sliding_window", "sliding_layers", "qk_norm", *MOE_FIELDS)
+                 if f.name not in ("vocab_size", "sliding_window", "sliding_layers", "qk_norm", "qk_norm_full",
+                                   "sublayer_norms", "attn_scale_dim", "attn_softcap", "final_softcap", *MOE_FIELDS)
                  and (f.name == "rope_base" or not f.name.startswith("rope_"))]
 INT_FIELDS = {"block_size", "n_layer", "n_head", "n_embd", "d_head", "d_mlp", "seed", "n_enc_layer", "enc_len",
               "n_kv_head"}

@@ -33,7 +33,7 @@ def _parse(source: str) -> ast.Module:
 _NORM = {"hook_scale": 1, "hook_normalized": 0, "hook_out": 2}
 _ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_q_normed": 0, "hook_k_normed": 0, "hook_rot_q": 0,
            "hook_rot_k": 0, "hook_k_rep": 0, "hook_v_rep": 0, "hook_scores_raw": 1, "hook_scores_scaled": 0,
-           "hook_attn_scores": 0, "hook_sink": 2, "hook_pattern": 1, "hook_z": 0}
+           "hook_scores_capped": 0, "hook_attn_scores": 0, "hook_sink": 2, "hook_pattern": 1, "hook_z": 0}
 # a mixture of experts' steps (gptviz.model.experts)
 _EXPERTS = {"hook_router_logits": 0, "hook_router_probs": 0, "hook_expert_weights": 3, "hook_expert_out": 4,
             "hook_shared_gate": 0, "hook_shared_out": 0}
@@ -47,6 +47,7 @@ def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
         "hook_embed": (top, "self.hook_embed", 0 if seq2seq else 1),
         "hook_pos_embed": (top, "self.hook_pos_embed", 1),
         "hook_logits": (top, "self.hook_logits", 0 if seq2seq else 1),
+        "hook_logits_raw": (top, "self.hook_logits_raw", 0),  # Gemma 2's logits before the cap
         "mlp.hook_pre": (layers.MLP.forward, "self.hook_pre", 0),
         "mlp.hook_pre_linear": (layers.MLP.forward, "self.hook_pre_linear", 0),
         "mlp.hook_post": (layers.MLP.forward, "self.hook_post", 1),
@@ -57,7 +58,7 @@ def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
     for leaf in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_cross_out", "hook_resid_cross",
                  "hook_mlp_out", "hook_resid_post"):
         t[leaf] = (block, f"self.{leaf}", 0)
-    for norm in ("ln1", "ln2", "ln_final", "ln_cross", "enc_ln_final"):
+    for norm in ("ln1", "ln2", "ln1_post", "ln2_post", "ln_final", "ln_cross", "enc_ln_final"):
         for leaf, context in _NORM.items():
             t[f"{norm}.{leaf}"] = (layers.Norm.forward, f"self.{leaf}", context)
     for attn in ("attn", "cross_attn"):
@@ -114,9 +115,12 @@ def _occurrences(fn: Callable, anchor: str) -> list[tuple[list[tuple[int, int]],
     return sorted(found, key=lambda f: f[0][f[1]][0])
 
 
-def _preludes(rest: str, seq2seq: bool) -> list[tuple[Callable, str]]:
-    """Statements from the callers that show where a head's queries, keys and values come from (and, for QK-norm's
-    steps, what the head's norm computes)."""
+def _preludes(rest: str, seq2seq: bool, capped: bool = False) -> list[tuple[Callable, str]]:
+    """Statements from the callers that show where a head's queries, keys and values come from (for QK-norm's
+    steps, what the head's norm computes; for Gemma 2's capped logits, the unembedding and the cap)."""
+    if rest == "hook_logits_raw" or (rest == "hook_logits" and capped):
+        return [(gpt.GPT.run, "self.lm_head(")] + ([(gpt.GPT.run, "self.hook_logits_raw(")] if capped and
+                                                  rest == "hook_logits" else [])
     if rest.split(".")[-1] in ("hook_q_normed", "hook_k_normed"):
         return [(layers.HeadNorm.forward, "x.pow(")]
     if rest.split(".")[-1] not in ("hook_q", "hook_k", "hook_v"):
@@ -143,6 +147,8 @@ def _pick(rest: str, cfg: ModelConfig, n: int) -> int:
         return 0
     if rest in ("mlp.hook_pre", "mlp.hook_post"):  # a gated MLP's branch comes first
         return 0 if cfg.gated_mlp else n - 1
+    if rest in ("attn.hook_q_normed", "attn.hook_k_normed"):  # OLMo 2's norm over the whole projection comes first
+        return 0 if cfg.qk_norm_full else n - 1
     if rest == "hook_resid_post":  # `if self.attn_only: return self.hook_resid_post(x)` comes first
         return 0 if cfg.attn_only else n - 1
     if rest == "hook_enc_out":  # a fixed random encoder output (n_enc_layer == 0) comes first
@@ -160,6 +166,8 @@ def step_code(name: str, cfg: ModelConfig) -> str:
     if rest not in table:
         return ""
     fn, anchor, context = table[rest]
+    capped = not seq2seq and cfg.final_softcap is not None
+    context = 0 if capped and rest == "hook_logits" else context  # the unembedding is shown by the preludes
     found = _occurrences(fn, anchor)
     if not found:
         return ""
@@ -174,7 +182,7 @@ def step_code(name: str, cfg: ModelConfig) -> str:
             shown.insert(0, block[j])
         j -= 1
     shown.append(block[i])
-    prelude = [_statement(f, a) for f, a in _preludes(rest, seq2seq)]
+    prelude = [_statement(f, a) for f, a in _preludes(rest, seq2seq, capped)]
     return "\n".join(prelude + [textwrap.dedent("\n".join(lines[a - 1:b])) for a, b in shown])
 
 

@@ -123,12 +123,14 @@ def apply_id_edits(x: torch.Tensor, y: torch.Tensor, lengths: list[int], id_edit
 
 # ------------------------------------------------------------------------- what switching a head off does to gradients
 # Steps of a layer that only reach the loss through that head's attention weights (per head, before the softmax).
-UPSTREAM_OF_PATTERN = ("hook_attn_scores", "hook_scores_scaled", "hook_scores_raw", "hook_rot_q", "hook_rot_k",
-                       "hook_q_normed", "hook_k_normed", "hook_q", "hook_k")  # QK-norm's norm is per head, too
+UPSTREAM_OF_PATTERN = ("hook_attn_scores", "hook_scores_capped", "hook_scores_scaled", "hook_scores_raw", "hook_rot_q",
+                       "hook_rot_k", "hook_q_normed", "hook_k_normed", "hook_q", "hook_k")  # QK-norm's norm is per head
+# too (OLMo 2's is over every head at once: its q and k are then read as they are, the value said, not assumed 0)
 _UPSTREAM_WORDS = {
     "hook_q": "queries", "hook_k": "keys", "hook_rot_q": "rotated queries", "hook_rot_k": "rotated keys",
     "hook_q_normed": "normalised queries", "hook_k_normed": "normalised keys",
-    "hook_scores_raw": "raw scores", "hook_scores_scaled": "scaled scores", "hook_attn_scores": "masked scores",
+    "hook_scores_raw": "raw scores", "hook_scores_scaled": "scaled scores", "hook_scores_capped": "capped scores",
+    "hook_attn_scores": "masked scores",
 }
 
 

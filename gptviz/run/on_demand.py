@@ -9,7 +9,7 @@ from the steps that made it, with the very operations of ``HeadsAttention.attend
 pass used, so the values are exactly (bit for bit) the full trace's:
 
 - ``scores_raw  = q @ kᵀ``, from the recorded (rotated, repeated) queries and keys;
-- ``scores_scaled = scores_raw / √d_head``;
+- ``scores_scaled = scores_raw / √d_head`` (√attn_scale_dim where the config sets one: Gemma's query_pre_attn_scalar);
 - ``attn_scores = scores_scaled`` with the masked cells set to −∞.
 
 With gradients, ``∂loss/∂attn_scores`` and ``∂loss/∂pattern`` are kept, and the other two follow from the
@@ -77,7 +77,7 @@ class OnDemand:
     own ``layer_masks``, the very mask ``attend`` filled with −∞ in this layer (a sliding window's band on a layer
     that has one; one tensor shared by the layers with the same mask)."""
 
-    def __init__(self, step: str, layer: int, d_head: int, masked: Any = None, how: Optional[dict] = None):
+    def __init__(self, step: str, layer: int, d_head: float, masked: Any = None, how: Optional[dict] = None):
         self.step, self.layer, self.d_head, self.masked = step, layer, d_head, masked
         self.how = how or {}  # an extra step's recipe: "repeat" (k_rep, v_rep), "activation" and "gated" (post)
 

@@ -35,6 +35,7 @@ _ATTENTION = {
     "hook_rot_q": (BTHD, SIGNED), "hook_rot_k": (BTHD, SIGNED),
     "hook_k_rep": (BTHD, SIGNED), "hook_v_rep": (BTHD, SIGNED),  # grouped-query attention: k, v per query head
     "hook_scores_raw": (BHQK, SIGNED), "hook_scores_scaled": (BHQK, SIGNED),
+    "hook_scores_capped": (BHQK, SIGNED),  # soft-capped scores (Gemma 2): within ±attn_softcap, centred on 0
     "hook_attn_scores": (BHQK, MASKED), "hook_pattern": (BHQK, PROBABILITY), "hook_z": (BTHD, SIGNED),
     "hook_sink": (("batch", "head", "query_pos", "sink"), PROBABILITY),  # GPT-OSS: the weight the sink takes
 }
@@ -44,7 +45,8 @@ STEPS = {
     "hook_embed": ("embed", BTC, SIGNED),
     "hook_pos_embed": ("embed", BTC, SIGNED),
     "hook_resid_pre": ("residual", BTC, SIGNED),
-    **{f"{n}.{part}": ("norm", axes, kind) for n in ("ln1", "ln2", "ln_final") for part, (axes, kind) in _NORM.items()},
+    **{f"{n}.{part}": ("norm", axes, kind) for n in ("ln1", "ln2", "ln1_post", "ln2_post", "ln_final")
+       for part, (axes, kind) in _NORM.items()},
     **{f"attn.{part}": ("attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()},
     "hook_attn_out": ("attention", BTC, SIGNED),
     "hook_resid_mid": ("residual", BTC, SIGNED),
@@ -60,6 +62,7 @@ STEPS = {
     "mlp.hook_shared_out": ("mlp", BTC, SIGNED),
     "hook_mlp_out": ("mlp", BTC, SIGNED),
     "hook_resid_post": ("residual", BTC, SIGNED),
+    "hook_logits_raw": ("output", BTV, SIGNED),  # before final_softcap's cap (Gemma 2)
     "hook_logits": ("output", BTV, SIGNED),
     "hook_probs": ("loss", BTV, PROBABILITY),
     "hook_loss_per_token": ("loss", ("batch", "pos"), NONNEGATIVE),
@@ -74,7 +77,7 @@ SEQ2SEQ_STEPS = {
        for part, (axes, kind) in _NORM.items()},
     **{f"cross_attn.{part}": ("cross_attention", axes, kind) for part, (axes, kind) in _ATTENTION.items()
        if part not in ("hook_qkv", "hook_q_normed", "hook_k_normed", "hook_rot_q", "hook_rot_k", "hook_k_rep",
-                       "hook_v_rep", "hook_sink")},
+                       "hook_v_rep", "hook_sink", "hook_scores_capped")},
     "hook_cross_out": ("cross_attention", BTC, SIGNED),
     "hook_resid_cross": ("residual", BTC, SIGNED),
 }

@@ -28,7 +28,7 @@ Edit = Union[torch.Tensor, np.ndarray, Callable[[torch.Tensor], Optional[torch.T
 
 
 class _Recorder:
-    def __init__(self, edits: dict[str, Edit], grads: bool, slim_d_head: int = 0, masked=None, config=None,
+    def __init__(self, edits: dict[str, Edit], grads: bool, slim_d_head: float = 0, masked=None, config=None,
                  lean_grads: bool = False, layers: Optional[frozenset[int]] = None):
         self.acts: dict[str, Union[torch.Tensor, OnDemand]] = {}  # OnDemand: a step worked out when read
         self.seen: set[str] = set()  # every step the model passed, kept or not
@@ -315,7 +315,11 @@ def trace(
     edits = dict(edits or {})
     if weight_grads not in ("tensors", "norms"):
         raise ValueError(f"weight_grads={weight_grads!r} must be 'tensors' or 'norms'")
-    slim_d_head = model.config.d_head if slim and model.config.n_enc_layer < 0 else 0
+    # slim_d_head: what attend() divides the scores by the square root of (d_head, or Gemma's attn_scale_dim); a
+    # model that soft-caps its scores (Gemma 2) is never slimmed: the cap comes between the steps worked out
+    cfg0 = model.config
+    slim_d_head = (cfg0.d_head if cfg0.attn_scale_dim is None else cfg0.attn_scale_dim) \
+        if slim and cfg0.n_enc_layer < 0 and cfg0.attn_softcap is None else 0
     masked: list[torch.Tensor] = []  # slim: each layer's masked cells
     lean = None
     if slim_d_head:  # the model's own masks, each layer's (a sliding window may be on some layers only)
@@ -370,7 +374,7 @@ def trace(
         for layer in lean_layers:  # every score step's gradient worked out, from ∂loss/∂z down
             if on_demand.step_name(layer, "z") in grad_map:
                 for step in ("scores_raw", "scores_scaled", "attn_scores", "pattern"):
-                    grad_map[on_demand.step_name(layer, step)] = OnDemand(step, layer, cfg.d_head, masked[layer])
+                    grad_map[on_demand.step_name(layer, step)] = OnDemand(step, layer, slim_d_head, masked[layer])
         n_act, n_par = len(names), len(params)
         param_grads = {n: (g if g is not None else torch.zeros_like(p))
                        for (n, p), g in zip(params, got[n_act:n_act + n_par])}

@@ -1,5 +1,6 @@
 """Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, Qwen3 with QK-norm,
-GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU, Phi-3 with its fused
+GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU, Gemma 2 with norms
+around each sublayer and soft caps, Gemma 3 with local rotary bases, OLMo 2 with norms after, Phi-3 with its fused
 projections, partial rotary, a sliding window and longrope; Mixtral, Qwen2-MoE with a dense layer and a shared expert,
 GPT-OSS with sinks and experts), opened as a class
 would: a link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with
@@ -12,7 +13,8 @@ from hf_models import build
 from lazy_import import lazy
 
 lazy("transformers", skip=True)
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma", "phi3", "mixtral", "qwen2_moe", "gpt_oss"]
+FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
+                   "mixtral", "qwen2_moe", "gpt_oss"]
 EXTRA = {"phi3": {"original_max_position_embeddings": 16, "sliding_window": 8,  # the text is short: short factors
                   "rope_parameters": {"rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor": 0.5,
                                       "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 4.0, 8.0, 16.0]}}}
@@ -52,6 +54,9 @@ def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
         assert "No sparse autoencoder ships for this model" in messages(at)
     elif name == "neurons" and family in MOE_FAMILIES:  # no neuron every token passes through: the page says why
         assert "This model's MLPs are mixtures of experts" in messages(at)
+    elif name == "contributions" and family in ("gemma2", "gemma3_text", "olmo2"):  # norms after the sublayers: the
+        assert "The contribution graph could not be computed: the contribution graph splits each sublayer's " \
+               "output" in messages(at)  # heads no longer add up to what attention wrote, and the page says so
     elif name not in ("training", "weights"):
         assert charts(at), name
     assert at.query_params.get("model") == [family] or at.query_params.get("model") == family
@@ -63,6 +68,8 @@ def test_every_page_opens_each_family(models_dir, family, name, monkeypatch):
         assert any("gate_up_proj" in c.value and "short factors" in c.value for c in at.caption)
         if name == "embeddings":
             assert any("LongRoPE" in m.value and "so the short list applies" in m.value for m in at.markdown)
+    if family in ("gemma2", "gemma3_text"):
+        assert any("W_E is that table times √32" in c.value for c in at.caption)
 
 
 def test_a_link_to_a_folder_that_is_not_there_or_a_path_opens_the_default_with_a_notice(models_dir):

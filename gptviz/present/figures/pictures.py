@@ -48,12 +48,15 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
              dict(lines=["wte: token embedding", f"[V={V} × C={C}]"], fill="#eef3fb", edge=None)]
     if cfg.pos_encoding in ("learned", "sinusoidal"):
         parts.append(dict(lines=["+"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]", side=(pos, f"[{T}×{C}]")))
-    attn_in = f"{norm} ln_1 → " if pre else ""
-    mlp_in = f"{norm} ln_2 → " if pre else ""
+    before, after = cfg.sublayer_norms in ("before", "both"), cfg.sublayer_norms in ("both", "after")
+    attn_in = f"{norm} ln_1 → " if pre and before else ""
+    mlp_in = f"{norm} ln_2 → " if pre and before else ""
+    attn_out, mlp_out = (f" → {norm} ln_1_post", f" → {norm} ln_2_post") if after else ("", "")  # Gemma 2/3, OLMo 2
     kv = "" if KV == H else f" ({KV} key/value head{'s' if KV > 1 else ''}, each shared by {H // KV})"
     block = [f"× {L} block{'s' if L > 1 else ''}" + (" (attention and MLP side by side)" if cfg.parallel_attn else ""),
              f"{attn_in}attention: {H} head{'s' if H > 1 else ''} × d_head={D}{kv}",
-             f"QKV [{B}×{T}×{(H + 2 * KV) * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}] → + residual"
+             f"QKV [{B}×{T}×{(H + 2 * KV) * D}] → scores [{B}×{H}×{T}×{T}] → z [{B}×{T}×{H * D}]{attn_out}"
+             " → + residual"
              + ("" if pre else f" → {norm} ln_1")]
     if cfg.sliding_window is not None:  # a mask on the scores, not a shorter context
         where = "every layer" if cfg.sliding_layers is None else \
@@ -61,8 +64,15 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
         block.insert(2, f"sliding window: each query sees its last {cfg.sliding_window} positions ({where})")
     if cfg.attn_sinks:  # GPT-OSS
         block.insert(2, "attention sinks: a learned logit per head, a key every query sees that has no value")
+    if cfg.attn_softcap is not None or cfg.attn_scale_dim is not None:  # Gemma 2 and 3
+        block.insert(2, "scores ÷ √" + (f"{cfg.attn_scale_dim:g}" if cfg.attn_scale_dim is not None else f"{D}")
+                     + (f", soft-capped: {cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g})"
+                        if cfg.attn_softcap is not None else ""))
+    if cfg.rope_local_base is not None:  # Gemma 3: the sliding layers turn with their own base
+        block.insert(2, f"RoPE base {cfg.rope_local_base:g} on the sliding layers, {cfg.rope_base:g} on the others")
     if cfg.qk_norm:  # QK-norm (Qwen3): each head's q and k through an RMSNorm of its own
-        block.insert(2, f"QK-norm: each head's q and k RMS-normalised (gains of d_head={D})"
+        block.insert(2, (f"QK-norm: all of q and all of k RMS-normalised (gains of {H * D} and {KV * D})"
+                         if cfg.qk_norm_full else f"QK-norm: each head's q and k RMS-normalised (gains of d_head={D})")
                      + (", before RoPE" if cfg.pos_encoding == "rope" else ""))
     mlp = (f"{mlp_in}gated MLP: {act}({C} → {M}) × ({C} → {M}) → {C}" if cfg.gated_mlp
            else f"{mlp_in}MLP: {C} → {M} ({act}) → {C}")
@@ -72,12 +82,15 @@ def architecture_parts(cfg: ModelConfig, B: int, T: int) -> list[dict]:
         mlp = (f"{mlp_in}router ({C} → {cfg.n_expert}) → top-{cfg.n_expert_active} of {cfg.n_expert} experts "
                f"({C} → {cfg.d_expert} → {C}, {act}){shared}{where}")
     block.append("(attention only: no MLP)" if cfg.attn_only else
-                 f"{mlp} → + residual" + ("" if pre else f" → {norm} ln_2"))
+                 f"{mlp}{mlp_out} → + residual" + ("" if pre else f" → {norm} ln_2"))
     parts.append(dict(lines=block, fill="#e8f5e9", edge=f"[{B}×{T}×{C}]"))
     if pre:
         parts.append(dict(lines=[f"{norm} ln_f"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]"))
     tied = " (tied to wte)" if cfg.tie_weights else ""
     parts.append(dict(lines=[f"lm_head{tied}", f"[C={C} × V={V}]"], fill="#eef3fb", edge=f"[{B}×{T}×{C}]"))
+    if cfg.final_softcap is not None:  # Gemma 2: the logits squashed into ±cap
+        c = cfg.final_softcap
+        parts.append(dict(lines=[f"soft-cap: {c:g}·tanh(logits/{c:g})"], fill="#eef3fb", edge=f"[{B}×{T}×{V}]"))
     parts.append(dict(lines=["softmax → cross-entropy loss"], fill="#fdecea", edge=f"logits [{B}×{T}×{V}]"))
     return parts
 

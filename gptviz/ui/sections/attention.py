@@ -36,15 +36,20 @@ def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]
     if cfg.n_enc_layer >= 0:
         return _seq2seq_self_steps(cfg, layer)
     a = partial(act_name, layer=layer)  # a("q"): this layer's attention step; a("attn_out"): its block's
-    steps = [("1 · The norm", act_name("out", layer, "ln1")) if cfg.norm_placement == "pre" else
-             ("1 · The input (post-norm: attention reads the raw residual stream)", a("resid_pre"))]
+    before = cfg.sublayer_norms != "after"  # OLMo 2's attention reads the raw stream; its norm comes after
+    steps = [("1 · The norm", act_name("out", layer, "ln1")) if cfg.norm_placement == "pre" and before else
+             ("1 · The input (post-norm: attention reads the raw residual stream)", a("resid_pre"))
+             if before else ("1 · The input (norm after the sublayer: attention reads the raw stream)", a("resid_pre"))]
     steps += [("2 · One projection makes Q, K and V", a("qkv")),
               ("3 · Split into heads: Q", a("q")), ("3 · Split into heads: K", a("k")),
               ("3 · Split into heads: V", a("v"))]
     if cfg.n_kv_head != cfg.n_head:
         steps[-2:] = [(f"3 · Split into key/value heads: K ({cfg.n_kv_head} for {cfg.n_head} query heads)", a("k")),
                       (f"3 · Split into key/value heads: V ({cfg.n_kv_head})", a("v"))]
-    if cfg.qk_norm:  # QK-norm: each head's queries and keys through an RMSNorm of their own, before the rotation
+    if cfg.qk_norm_full:  # OLMo 2: one norm over all of a position's queries, one over its keys
+        steps += [("3a · QK-norm: all the queries normalised together (shown per head)", a("q_normed")),
+                  ("3a · QK-norm: all the keys normalised together (shown per head)", a("k_normed"))]
+    elif cfg.qk_norm:  # QK-norm: each head's queries and keys through an RMSNorm of their own, before the rotation
         steps += [("3a · QK-norm: each head's Q normalised", a("q_normed")),
                   ("3a · QK-norm: each head's K normalised", a("k_normed"))]
     if cfg.pos_encoding == "rope":
@@ -52,11 +57,20 @@ def attention_steps(cfg, layer: int, kind: str = "self") -> list[tuple[str, str]
                   ("3b · Rotate K by position (RoPE)", a("rot_k"))]
     if cfg.n_kv_head != cfg.n_head:  # grouped-query attention: each key/value head copied for its query heads
         steps += [("3c · Repeat K to the query heads", a("k_rep")), ("3c · Repeat V to the query heads", a("v_rep"))]
-    steps += [("4 · Scores: Q Kᵀ", a("scores_raw")), ("5 · Scale by 1/√d_head", a("scores_scaled")),
-              (f"6 · The causal{_window_words(cfg)} and padding mask", a("attn_scores")),
+    scale = "1/√d_head" if cfg.attn_scale_dim is None else f"1/√{cfg.attn_scale_dim:g} (query_pre_attn_scalar)"
+    steps += [("4 · Scores: Q Kᵀ", a("scores_raw")), (f"5 · Scale by {scale}", a("scores_scaled"))]
+    if cfg.attn_softcap is not None:  # Gemma 2: every score squashed into ±cap before the mask
+        steps += [(f"5b · Soft-cap: {cfg.attn_softcap:g} · tanh(score / {cfg.attn_softcap:g})", a("scores_capped"))]
+    steps += [(f"6 · The causal{_window_words(cfg)} and padding mask", a("attn_scores")),
               ("7 · Softmax: the attention weights", a("pattern")), ("8 · Weighted values: Z = A V", a("z")),
-              ("9 · The heads side by side (concatenated)", "concat"),
-              ("10 · The output projection", a("attn_out")), ("11 · The residual add", a("resid_mid"))]
+              ("9 · The heads side by side (concatenated)", "concat")]
+    if cfg.sublayer_norms != "before":  # Gemma 2, 3 and OLMo 2: the projection's output normalised before the add
+        post = partial(act_name, layer=layer, part="ln1_post")
+        return steps + [("10 · The output projection, normalised: its RMS (ln1_post)", post("scale")),
+                        ("10 · … divided by it", post("normalized")),
+                        ("10 · … times the gain: attention's output", a("attn_out")),
+                        ("11 · The residual add", a("resid_mid"))]
+    steps += [("10 · The output projection", a("attn_out")), ("11 · The residual add", a("resid_mid"))]
     return steps
 
 

@@ -17,8 +17,11 @@ def mlp_steps(cfg, layer: int) -> list[tuple[str, str]]:
     """(title, hook name) for every step of one layer's MLP, in order (empty for an attention-only model)."""
     if cfg.attn_only:
         return []
-    steps = ([("1 · The norm", act_name("out", layer, "ln2"))] if cfg.norm_placement == "pre" else
-             [("1 · The input (post-norm: the MLP reads the normalised stream)", act_name("resid_mid", layer))])
+    steps = ([("1 · The norm", act_name("out", layer, "ln2"))] if cfg.norm_placement == "pre"
+             and cfg.sublayer_norms != "after" else
+             [("1 · The input (post-norm: the MLP reads the normalised stream)", act_name("resid_mid", layer))]
+             if cfg.norm_placement != "pre" else
+             [("1 · The input (norm after the sublayer: the MLP reads the raw stream)", act_name("resid_mid", layer))])
     if cfg.is_moe_layer(layer):  # a mixture of experts: the router and the chosen experts (the Experts page has more)
         shared = [("5 · The shared expert, gated", act_name("shared_out", layer))] if cfg.d_shared_expert else []
         return steps + [("2 · The router's logits", act_name("router_logits", layer)),
@@ -26,9 +29,13 @@ def mlp_steps(cfg, layer: int) -> list[tuple[str, str]]:
                         ("4 · The chosen experts' weights", act_name("expert_weights", layer)), *shared,
                         (f"{5 + len(shared)} · The weighted sum of the chosen experts", act_name("mlp_out", layer)),
                         (f"{6 + len(shared)} · The residual add", act_name("resid_post", layer))]
-    return steps + [("2 · Widen: the fc layer", act_name("pre", layer)),
-                    ("3 · The activation", act_name("post", layer)),
-                    ("4 · Narrow again: the projection", act_name("mlp_out", layer)),
+    steps += [("2 · Widen: the fc layer", act_name("pre", layer)), ("3 · The activation", act_name("post", layer))]
+    if cfg.sublayer_norms != "before":  # Gemma 2, 3 and OLMo 2: the projection's output normalised before the add
+        steps += [("4 · Narrow again, then normalise: the RMS (ln2_post)", act_name("scale", layer, "ln2_post")),
+                  ("4 · … divided by it", act_name("normalized", layer, "ln2_post"))]
+    return steps + [("4 · Narrow again: the projection" + (" (normalised, times the gain)"
+                                                           if cfg.sublayer_norms != "before" else ""),
+                     act_name("mlp_out", layer)),
                     ("5 · The residual add", act_name("resid_post", layer))]
 
 

@@ -231,6 +231,9 @@ def browser(ctx, *, key: str = "neurons", snippets: int = 12) -> None:
     norm = ("through the final norm's weight γ (centred, as LayerNorm centres), as on *Who did it?*"
             if ctx.cfg.norm_placement == "pre" else "straight into the unembedding (a post-norm model has no final "
             "norm, and every later block renormalises: a rougher reading)")
+    if ctx.cfg.sublayer_norms != "before":  # Gemma 2 and 3, OLMo 2: the MLP's output is normalised before the add
+        norm += (" — a rougher reading here: the MLP's output first goes through its own norm (ln2_post), which "
+                 "rescales every neuron's write together")
     st.caption(f"Logit change per unit of activation, W_out[:, {n}] read {norm}. At a real position it is also "
                "divided by the final norm's scale σ there, a positive number that changes no ranking.")
     st.markdown(SENTENCE)
