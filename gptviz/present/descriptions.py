@@ -12,6 +12,7 @@ from typing import Optional
 
 from ..config import ModelConfig
 from ..run.step_meta import MASKED, NONNEGATIVE, PROBABILITY, SIGNED, StepMeta, split_name, step_meta
+from .descriptions_moe import moe_words
 from .source_code import step_code
 
 __all__ = ["StepInfo", "describe", "step_info", "SIGNED", "NONNEGATIVE", "PROBABILITY", "MASKED"]
@@ -104,6 +105,9 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
     elif rest.startswith(("hook_enc_", "enc_ln_final.", "cross_attn.", "ln_cross.")) or \
             rest in ("hook_cross_out", "hook_resid_cross"):
         return None  # a decoder-only model has no encoder and no cross-attention
+    moe = moe_words(rest, layer, cfg)  # a mixture of experts' steps, an attention sink
+    if moe is not None:
+        return moe
     hs = cfg.d_head
     tied = cfg.tie_weights
     norm_parts = re.match(r"^(ln1|ln2|ln_cross|ln_final|enc_ln_final)\.(hook_scale|hook_normalized|hook_out)$", rest)
@@ -117,7 +121,7 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
         "relu": r"\mathrm{ReLU}(h) = \max(0, h)",
         "tanh": r"\tanh(h) = \frac{e^{h} - e^{-h}}{e^{h} + e^{-h}}",
         "silu": r"\mathrm{SiLU}(h) = h\,\sigma(h) = \frac{h}{1 + e^{-h}}",
-    }[cfg.activation]
+    }.get(cfg.activation, r"\mathrm{act}(h)")  # GPT-OSS's gated unit: only in its experts (descriptions_moe)
     pre = cfg.norm_placement == "pre"
     nh, nkv = cfg.n_head, cfg.n_kv_head
     grouped = nkv != nh

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 from ..config import ModelConfig
-from ..model import encoder_decoder, gpt, layers
+from ..model import encoder_decoder, experts, gpt, layers
 from ..run import loss
 from ..run.step_meta import split_name
 
@@ -34,6 +34,8 @@ _NORM = {"hook_scale": 1, "hook_normalized": 0, "hook_out": 2}
 _ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_q_normed": 0, "hook_k_normed": 0, "hook_rot_q": 0,
            "hook_rot_k": 0, "hook_k_rep": 0, "hook_v_rep": 0, "hook_scores_raw": 1, "hook_scores_scaled": 0,
            "hook_attn_scores": 0, "hook_pattern": 1, "hook_z": 0}
+_MOE = {"hook_router_logits": 0, "hook_router_probs": 0, "hook_expert_weights": 3, "hook_expert_out": 3,
+        "hook_shared_gate": 0, "hook_shared_out": 0}
 _PARALLEL = {"hook_resid_pre": 0, "hook_attn_out": 1, "hook_resid_mid": 0, "hook_mlp_out": 1, "hook_resid_post": 0}
 
 
@@ -61,6 +63,10 @@ def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
         for leaf, context in _ATTEND.items():
             t[f"{attn}.{leaf}"] = (layers.HeadsAttention.attend, f"self.{leaf}", context)
     t["attn.hook_qkv"] = (gpt.CausalSelfAttention.forward, "self.hook_qkv", 0)
+    t["attn.hook_sink"] = (layers.HeadsAttention.attend, "self.hook_sink", 2)
+    moe = experts.MixtureOfExperts.forward  # a mixture of experts' steps: the router, the choice, the experts
+    for leaf, context in _MOE.items():
+        t[f"mlp.{leaf}"] = (moe, f"self.{leaf}", context)
     if seq2seq:
         for leaf in ("hook_enc_embed", "hook_enc_pos_embed", "hook_enc_out"):
             t[leaf] = (encoder_decoder.Seq2Seq.encode, f"self.{leaf}", 1 if leaf == "hook_enc_pos_embed" else 0)
