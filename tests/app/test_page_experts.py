@@ -2,6 +2,8 @@
 probabilities and the chosen experts, each expert's load (padding left out), an expert's top-routed tokens,
 switching an expert off (its column 0, the loss of a hand-made run), the same session's other page seeing it off,
 and a dense model's one line."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -146,3 +148,18 @@ def test_a_dense_model_says_so_and_offers_the_shipped_mixture():
     button = [b for b in at.button if "shakespeare-moe" in b.label][0]
     at = ok(button.click().run())
     assert at.title[0].value.startswith("Experts · layer 0 · 8 experts, top 2")
+
+
+def test_tokens_reach_the_chart_as_text_not_markup():
+    """The shipped model's tokenizer has no '<' (the page leaves it out), so the figure is fed such tokens itself."""
+    from gptviz.present.figures.experts import routing_heatmap
+
+    tokens = ["<b>x</b>", "<br>", "&", "[a](javascript:alert(1))"]
+    p = np.full((4, 3), 1 / 3)
+    w = np.zeros((4, 3))
+    w[:, 0] = 1.0
+    spec = json.dumps(routing_heatmap(p, w, tokens, off={2}, title="t").to_dict())
+    assert "<b>x" not in spec and "'<br>'" not in spec and "&lt;b&gt;x&lt;/b&gt;" in spec
+    c = json.loads(spec)
+    assert c["layout"]["yaxis"]["ticktext"] == ["&lt;b&gt;x&lt;/b&gt;", "&lt;br&gt;", "&amp;", tokens[3]]
+    assert c["data"][0]["x"] == ["expert 0", "expert 1", "expert 2 (off)"]
