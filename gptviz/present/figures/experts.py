@@ -72,20 +72,19 @@ def load_bars(loads: dict[str, Sequence[float]], n_expert: int, off: Collection[
               title: str = "") -> go.Figure:
     """Each expert's load (its share of the routing choices), one group of bars per expert, one bar per source
     (e.g. your text, the held-out plays), and the even share 1/E as a dashed line."""
-    xs = expert_labels(n_expert, off)
+    xs = [f"{e}" + (" (off)" if e in off else "") for e in range(n_expert)]  # short: they stay upright
     data = [dict(type="bar", name=name, x=xs, y=[float(v) for v in vals], marker=dict(color=BAR_COLORS[i % 2]),
-                 hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}} of the choices<extra></extra>")
+                 hovertemplate=f"{name}<br>expert %{{x}}: %{{y:.3f}} of the choices<extra></extra>")
             for i, (name, vals) in enumerate(loads.items())]
     even = 1.0 / max(n_expert, 1)
+    data.append(dict(type="scatter", mode="lines", name=f"even share 1/{n_expert}", x=xs, y=[even] * n_expert,
+                     line=dict(color="#333333", width=2, dash="dash"),
+                     hovertemplate=f"even share 1/{n_expert} = {even:.3f}<extra></extra>"))
     top = max([even] + [float(v) for vals in loads.values() for v in vals])
     layout = base_layout(title, 400, barmode="group",
-                         xaxis=axis("", type="category", tickfont=TICK_FONT),
-                         yaxis=axis("share of choices", range=[0, top * 1.25], tickfont=TICK_FONT),
-                         legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=14)),
-                         shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=even, y1=even,
-                                      line=dict(color="#333333", width=2, dash="dash"))],
-                         annotations=[dict(xref="paper", x=0, y=top * 1.25, yanchor="top", xanchor="left",
-                                           text=f"dashed: the even share 1/{n_expert}", showarrow=False,
-                                           font=dict(size=14), bgcolor="white")])
+                         xaxis=axis("expert", type="category", tickfont=TICK_FONT),
+                         yaxis=axis("share of choices", range=[0, top * 1.5], tickfont=TICK_FONT),
+                         legend=dict(x=0, y=1, xanchor="left", yanchor="top", font=dict(size=14),
+                                     bgcolor="rgba(255,255,255,0.8)"))
     layout["margin"] = dict(l=10, r=10, t=80, b=10)
     return figure(data, layout)
