@@ -208,8 +208,9 @@ def how(ctx, *, key: str = "moe.how") -> None:
     cfg, tr = ctx.cfg, ctx.trace()
     renorm = (r"w_e = \frac{p_e}{\sum_{j \in S} p_j}" if cfg.expert_renorm else r"w_e = p_e")
     shared = r" + g\,\mathrm{shared}(x)" if cfg.d_shared_expert else ""
-    st.latex(r"r = x\,W_r^{\top},\quad p = \mathrm{softmax}(r),\quad S = \mathrm{top}" + str(cfg.n_expert_active)
-             + r"(p),\quad " + renorm + r"\ (e \in S),\quad y = \sum_{e \in S} w_e\,\mathrm{expert}_e(x)" + shared)
+    st.latex(r"\begin{gathered} r = x\,W_r^{\top},\quad p = \mathrm{softmax}(r),\quad S = \mathrm{top}"
+             + str(cfg.n_expert_active) + r"(p) \\ " + renorm
+             + r"\ (e \in S),\quad y = \sum_{e \in S} w_e\,\mathrm{expert}_e(x)" + shared + r" \end{gathered}")
     st.markdown(f"The router is one linear map from a token's vector to {cfg.n_expert} logits. Their softmax "
                 f"ranks the experts; the token goes to the top {cfg.n_expert_active}, weighted by their "
                 + ("probabilities renormalised to sum to 1" if cfg.expert_renorm else "probabilities as they are")
