@@ -13,6 +13,7 @@ PAGES = {
     "embeddings": "app_pages/embeddings.py",
     "attention": "app_pages/attention.py",
     "mlp": "app_pages/mlp_and_residual.py",
+    "experts": "app_pages/experts.py",
     "logits": "app_pages/logits_and_loss.py",
     "step": "app_pages/step_through.py",
     "backward": "app_pages/backward.py",

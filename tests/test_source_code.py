@@ -9,7 +9,8 @@ from conftest import CONFIGS, ROOT
 from gptviz import build_model, describe, preset, trace
 from gptviz.present.source_code import anchor_line
 
-SOURCES = ["gptviz/model/layers.py", "gptviz/model/gpt.py", "gptviz/model/encoder_decoder.py", "gptviz/run/loss.py"]
+SOURCES = ["gptviz/model/layers.py", "gptviz/model/gpt.py", "gptviz/model/encoder_decoder.py", "gptviz/run/loss.py",
+           "gptviz/model/experts.py"]
 SOURCE_LINES = {line.strip() for f in SOURCES for line in (ROOT / f).read_text().splitlines() if line.strip()}
 
 SEQ2SEQ = {
@@ -29,7 +30,15 @@ LATER = {  # Gemma 2 (norms before and after, scale, both caps, a sliding window
                                                qk_norm_full=True),
 }
 ALL = {**CONFIGS, "default": preset("default"), "attention-only": preset("default").replace(attn_only=True),
-       "llama-like": preset("llama-like"), **SEQ2SEQ, **LATER}
+       "llama-like": preset("llama-like"), **SEQ2SEQ, **LATER,
+       # a mixture of experts in layer 1 only, with a shared expert (Qwen2-MoE), and attention sinks (GPT-OSS)
+       "experts, shared expert, sinks": preset("llama-like").replace(n_expert=4, n_expert_active=2, d_expert=8,
+                                                                     d_shared_expert=8, moe_layers=[1],
+                                                                     attn_sinks=True),
+       "experts, plain GELU, not renormalised": preset("default").replace(n_expert=3, n_expert_active=1,
+                                                                         expert_renorm=False),
+       "GPT-OSS-like experts": preset("llama-like").replace(n_expert=2, n_expert_active=1, activation="gpt_oss_glu",
+                                                            attn_sinks=True)}
 
 
 def shape_comment(line: str) -> str:
@@ -66,7 +75,7 @@ def test_every_shown_line_is_in_the_source_and_every_shape_comment_is_true(name)
         t = enc_len if encoder else T
         s = enc_len if encoder or ".cross_attn." in step else t
         env = {"B": B, "T": t, "S": s, "C": cfg.n_embd, "nh": cfg.n_head, "nkv": cfg.n_kv_head, "hs": cfg.d_head,
-               "V": cfg.vocab_size, "d_mlp": cfg.d_mlp}
+               "V": cfg.vocab_size, "d_mlp": cfg.d_mlp, "E": cfg.n_expert}
         assert evaluate(shape_comment(anchor_line(step, cfg)), env) == tr.shape(step), (step, anchor_line(step, cfg))
         checked += 1
     assert checked == len(list(tr)) > 20

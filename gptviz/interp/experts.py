@@ -73,3 +73,34 @@ def top_routed(weights, tokens: list[str], expert: int, k: int = 10) -> list[tup
     w = np.asarray(weights)[:, expert]
     order = [int(i) for i in np.argsort(-w, kind="stable") if w[i] > 0][:k]
     return [(i, tokens[i], float(w[i])) for i in order]
+
+
+@torch.no_grad()
+def routing_weights(model, windows: torch.Tensor) -> dict[int, np.ndarray]:
+    """Each mixture-of-experts layer's recorded ``expert_weights`` over token windows (N, T): (N, T, E) per layer,
+    0 for an expert a token did not go to. ``load_from_weights`` of one gives that layer's load."""
+    names = {act_name("expert_weights", layer): layer for layer in moe_layers(model.config)}
+    out: dict[int, np.ndarray] = {}
+
+    def rec(name, x):
+        if name in names:
+            out[names[name]] = x.detach().float().numpy().copy()
+        return x
+
+    was = model.training
+    model.eval()
+    try:
+        model.run(windows, rec=rec)
+    finally:
+        model.train(was)
+    return out
+
+
+def top_routed_windows(weights, windows, expert: int, k: int = 10) -> list[tuple[int, int, float]]:
+    """The (window, position, weight) of the tokens of several windows that gave ``expert`` the largest weight,
+    strongest first, only those that chose it. ``weights``: (N, T, E); ``windows``: (N, T) token ids."""
+    w = np.asarray(weights)[..., expert]
+    flat = w.reshape(-1)
+    order = [int(i) for i in np.argsort(-flat, kind="stable")[:k] if flat[i] > 0]
+    T = w.shape[1]
+    return [(i // T, i % T, float(flat[i])) for i in order]

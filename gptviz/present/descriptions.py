@@ -12,8 +12,8 @@ from typing import Optional
 
 from ..config import ModelConfig
 from ..run.step_meta import MASKED, NONNEGATIVE, PROBABILITY, SIGNED, StepMeta, split_name, step_meta
-from .descriptions_experts import expert_words
 from .descriptions_later import later_models_words
+from .descriptions_moe import moe_words
 from .source_code import step_code
 
 __all__ = ["StepInfo", "describe", "step_info", "SIGNED", "NONNEGATIVE", "PROBABILITY", "MASKED"]
@@ -101,9 +101,6 @@ def step_info(trace, name: str) -> StepInfo:
 
 
 def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "decoder"):
-    moe = expert_words(rest, layer, cfg) if stack == "decoder" else None
-    if moe is not None:
-        return moe
     if cfg.n_enc_layer >= 0:
         info = _describe_seq2seq(rest, layer, cfg, stack)
         if info is not None:
@@ -113,6 +110,9 @@ def _describe(rest: str, layer: Optional[int], cfg: ModelConfig, stack: str = "d
     elif rest.startswith(("hook_enc_", "enc_ln_final.", "cross_attn.", "ln_cross.")) or \
             rest in ("hook_cross_out", "hook_resid_cross"):
         return None  # a decoder-only model has no encoder and no cross-attention
+    moe = moe_words(rest, layer, cfg)  # a mixture of experts' steps, an attention sink
+    if moe is not None:
+        return moe
     hs = cfg.d_head
     tied = cfg.tie_weights
     norm_parts = re.match(r"^(ln1_post|ln2_post|ln1|ln2|ln_cross|ln_final|enc_ln_final)\."

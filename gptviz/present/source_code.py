@@ -35,8 +35,8 @@ _ATTEND = {"hook_q": 0, "hook_k": 0, "hook_v": 0, "hook_q_normed": 0, "hook_k_no
            "hook_rot_k": 0, "hook_k_rep": 0, "hook_v_rep": 0, "hook_scores_raw": 1, "hook_scores_scaled": 0,
            "hook_scores_capped": 0, "hook_attn_scores": 0, "hook_sink": 2, "hook_pattern": 1, "hook_z": 0}
 # a mixture of experts' steps (gptviz.model.experts)
-_EXPERTS = {"hook_router_logits": 0, "hook_router_probs": 0, "hook_expert_weights": 3, "hook_expert_out": 4,
-            "hook_shared_gate": 0, "hook_shared_out": 0}
+_MOE = {"hook_router_logits": 0, "hook_router_probs": 0, "hook_expert_weights": 3, "hook_expert_out": 3,
+        "hook_shared_gate": 0, "hook_shared_out": 0}
 _PARALLEL = {"hook_resid_pre": 0, "hook_attn_out": 1, "hook_resid_mid": 0, "hook_mlp_out": 1, "hook_resid_post": 0}
 
 
@@ -65,8 +65,9 @@ def _table(seq2seq: bool) -> dict[str, tuple[Callable, str, int]]:
         for leaf, context in _ATTEND.items():
             t[f"{attn}.{leaf}"] = (layers.HeadsAttention.attend, f"self.{leaf}", context)
     t["attn.hook_qkv"] = (gpt.CausalSelfAttention.forward, "self.hook_qkv", 0)
-    for leaf, context in _EXPERTS.items():
-        t[f"mlp.{leaf}"] = (experts.MixtureOfExperts.forward, f"self.{leaf}", context)
+    moe = experts.MixtureOfExperts.forward  # a mixture of experts' steps: the router, the choice, the experts
+    for leaf, context in _MOE.items():
+        t[f"mlp.{leaf}"] = (moe, f"self.{leaf}", context)
     if seq2seq:
         for leaf in ("hook_enc_embed", "hook_enc_pos_embed", "hook_enc_out"):
             t[leaf] = (encoder_decoder.Seq2Seq.encode, f"self.{leaf}", 1 if leaf == "hook_enc_pos_embed" else 0)

@@ -22,6 +22,7 @@ PAGES = [
     ("app_pages/attention.py", "Attention", ":material/visibility:", "Attention", "The forward pass"),
     ("app_pages/mlp_and_residual.py", "MLP & residual stream", ":material/account_tree:", "MLP_and_residual",
      "The forward pass"),
+    ("app_pages/experts.py", "Experts", ":material/alt_route:", "Experts", "The forward pass"),
     ("app_pages/logits_and_loss.py", "Logits & loss", ":material/bar_chart:", "Logits_and_loss", "The forward pass"),
     ("app_pages/step_through.py", "Step-through", ":material/skip_next:", "Step_through", "The forward pass"),
     ("app_pages/who_did_it.py", "Who did it", ":material/insights:", "Who_did_it", "Explain a prediction"),

@@ -146,9 +146,28 @@ def _flip_head(s: dict, layer: int, head: int) -> None:
     spec["heads_off"] = sorted(off)
 
 
+def experts_off_select(ctx: Ctx, layer: int, key: str = "") -> None:
+    """Switch experts of one mixture-of-experts layer off and on (``experts_off`` in the session's edits, which
+    every page reads); the trace is recomputed with their router logits at -inf."""
+    spec = ctx.s.setdefault("edits", edit_specs.empty())
+    k = f"gptviz.expertoff.{key}.{layer}"
+    st.session_state[k] = sorted(e for l, e in spec.get("experts_off", []) if l == layer)
+    st.multiselect(f"Experts switched off in layer {layer}", list(range(ctx.cfg.n_expert)), key=k,
+                   format_func=lambda e: f"expert {e}", on_change=_set_experts, args=(ctx.s, layer, k),
+                   help="A switched-off expert's router logit becomes −∞: its probability is 0 and each token goes "
+                        "to the best experts left. Every page shows the model with it off until you clear the edits.")
+
+
+def _set_experts(s: dict, layer: int, key: str) -> None:
+    spec = s.setdefault("edits", edit_specs.empty())
+    others = [tuple(e) for e in spec.get("experts_off", []) if e[0] != layer]
+    spec["experts_off"] = sorted(others + [(layer, int(e)) for e in st.session_state[key]])
+
+
 def clear_edits_button(ctx: Ctx, key: str = "") -> None:
     spec = ctx.s.get("edits") or {}
-    n = len(spec.get("set", [])) + len(spec.get("heads_off", [])) + len(ctx.s.get("id_edits") or {})
+    n = len(spec.get("set", [])) + len(spec.get("heads_off", [])) + len(spec.get("experts_off", [])) \
+        + len(ctx.s.get("id_edits") or {})
     if n:
         st.caption(f"{n} edit(s) active: everything below is recomputed with them.")
         if st.button("Clear all edits", key=f"clear.{key}"):

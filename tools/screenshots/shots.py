@@ -62,9 +62,16 @@ USED_FOR = {"Contribution_graph": "; the docs' contribution graph: the opening m
                                   "last position (17 on the default text)"}
 
 
+# Pages shown on another model than the opening one, named in the link: the Experts page needs a mixture of experts.
+PAGE_QUERY = {"Experts": {"preset": "checkpoint: shakespeare-moe"}}
+
+
 def page_shots() -> list[Shot]:
-    """One shot per page, on the app's default model (its opening model) and default text: the bare address."""
-    return [Shot(slug(title), url_path, f"the {title} page, as it opens" + USED_FOR.get(url_path, ""),
+    """One shot per page, on the app's default model (its opening model) and default text: the bare address (the
+    link names another model for a page in ``PAGE_QUERY``)."""
+    return [Shot(slug(title), address(url_path, **PAGE_QUERY.get(url_path, {})),
+                 f"the {title} page, as it opens" + (f" on {PAGE_QUERY[url_path]['preset']}"
+                                                      if url_path in PAGE_QUERY else "") + USED_FOR.get(url_path, ""),
                  chart=url_path not in NO_CHART_FIRST)
             for _, title, _, url_path, _ in nav_pages()]
 

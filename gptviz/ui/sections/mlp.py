@@ -22,13 +22,16 @@ def mlp_steps(cfg, layer: int) -> list[tuple[str, str]]:
              [("1 · The input (post-norm: the MLP reads the normalised stream)", act_name("resid_mid", layer))]
              if cfg.norm_placement != "pre" else
              [("1 · The input (norm after the sublayer: the MLP reads the raw stream)", act_name("resid_mid", layer))])
-    if cfg.is_moe_layer(layer):  # a mixture of experts: the router and the chosen experts (the Experts page has more)
-        shared = [("5 · The shared expert, gated", act_name("shared_out", layer))] if cfg.d_shared_expert else []
-        return steps + [("2 · The router's logits", act_name("router_logits", layer)),
-                        ("3 · The router's probabilities", act_name("router_probs", layer)),
-                        ("4 · The chosen experts' weights", act_name("expert_weights", layer)), *shared,
-                        (f"{5 + len(shared)} · The weighted sum of the chosen experts", act_name("mlp_out", layer)),
-                        (f"{6 + len(shared)} · The residual add", act_name("resid_post", layer))]
+    if getattr(cfg, "n_expert", 0) and cfg.is_moe_layer(layer):  # a mixture of experts (the Experts page has more)
+        shared = [("4b · The shared expert's gate", act_name("shared_gate", layer)),
+                  ("4c · The shared expert's output, gated", act_name("shared_out", layer))] \
+            if cfg.d_shared_expert else []
+        return steps + [("2 · The router's logits, one per expert", act_name("router_logits", layer)),
+                        ("3 · The router's probabilities (softmax)", act_name("router_probs", layer)),
+                        (f"4 · The chosen experts' weights (top {cfg.n_expert_active})",
+                         act_name("expert_weights", layer))] + shared + [
+            ("5 · The chosen experts' outputs, weighted and added", act_name("mlp_out", layer)),
+            ("6 · The residual add", act_name("resid_post", layer))]
     steps += [("2 · Widen: the fc layer", act_name("pre", layer)), ("3 · The activation", act_name("post", layer))]
     if cfg.sublayer_norms != "before":  # Gemma 2, 3 and OLMo 2: the projection's output normalised before the add
         steps += [("4 · Narrow again, then normalise: the RMS (ln2_post)", act_name("scale", layer, "ln2_post")),
