@@ -81,6 +81,12 @@ def build(family: str, folder, **extra):
                                   "num_experts": 6, "num_experts_per_tok": 2, "mlp_only_layers": [0],
                                   "max_position_embeddings": 64, **extra})
         cls = T.Qwen2MoeForCausalLM
+    elif family == "olmoe":  # 6 experts of 24, top-3, QK-norm over the whole projections; 2 key/value heads
+        cfg = T.OlmoeConfig(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 24,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "num_experts": 6, "num_experts_per_tok": 3, "max_position_embeddings": 64,
+                               "pad_token_id": None, "eos_token_id": None, **extra})
+        cls = T.OlmoeForCausalLM
     elif family == "gpt_oss":  # sinks, biases, 4 experts of 24, top-2; layer 0 slides (window 8), layer 1 full
         cfg = T.GptOssConfig(**{"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 24,
                                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

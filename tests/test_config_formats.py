@@ -37,6 +37,7 @@ CASES = {  # name: (family, what build() is given)
     "olmo2": ("olmo2", {}),
     "mixtral": ("mixtral", {}),
     "qwen2_moe": ("qwen2_moe", {}),
+    "olmoe": ("olmoe", {}),
     "gpt_oss, yarn": ("gpt_oss", {}),
     "phi3, longrope, partial rotary": ("phi3", {"original_max_position_embeddings": 16, "rope_parameters": {
         "rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor": 0.5,
@@ -46,7 +47,7 @@ CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "M
            "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM",
            "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
            "gemma3_text": "Gemma3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "mixtral": "MixtralForCausalLM",
-           "qwen2_moe": "Qwen2MoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
+           "qwen2_moe": "Qwen2MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 
 
 def older_form(d: dict) -> dict:

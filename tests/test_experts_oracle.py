@@ -337,3 +337,31 @@ def test_a_quantised_gpt_oss_folder_is_refused_before_its_weights_are_read(tmp_p
     assert str(err.value) == ("config.json has a quantization_config (GPT-OSS is released in MXFP4): gptviz reads "
                               "float weights only; load the model in transformers (which dequantises it) and "
                               "save_pretrained it")
+
+
+@pytest.mark.parametrize("renorm", [False, True])
+def test_an_olmoe_folder_matches_transformers(tmp_path, renorm):
+    """QK-norm over the whole query and key projections (its modules' outputs caught by hooks) and 6 experts, top-3,
+    with norm_topk_prob both ways: logits, patterns and routing, one row and two left-padded rows."""
+    hf = build("olmoe", tmp_path, norm_topk_prob=renorm)
+    model, tok = gptviz.from_pretrained(tmp_path)
+    c = model.config
+    assert (c.qk_norm, c.qk_norm_full, c.n_expert, c.n_expert_active, c.expert_renorm) == (True, True, 6, 3, renorm)
+    one = torch.tensor([long_ids(tok, 40)])
+    compare(hf, model, one)
+    compare(hf, model, *two_rows(tok))
+    check_routing(hf, model, *two_rows(tok))
+    got = {}
+    hf.model.layers[1].self_attn.k_norm.register_forward_hook(lambda m, i, o: got.__setitem__("k", o))
+    with torch.no_grad():
+        hf(one)
+    ours = torch.as_tensor(np.asarray(trace(model, one)[act_name("k_normed", 1)]))  # (1, T, nkv, hs)
+    assert torch.allclose(ours.reshape(1, 40, -1), got["k"], atol=1e-5)
+
+
+def test_an_olmoe_folder_that_clips_qkv_is_refused(tmp_path):
+    build("olmoe", tmp_path, clip_qkv=8.0)
+    with pytest.raises(ValueError) as err:
+        gptviz.from_pretrained(tmp_path)
+    assert str(err.value) == ("config.json's clip_qkv=8.0 is not supported: gptviz does not clamp queries, keys and "
+                              "values (OLMoE-1B-7B has clip_qkv null)")

@@ -114,7 +114,7 @@ def test_a_model_type_gptviz_does_not_open_is_named_with_the_families_it_does(tm
     (tmp_path / "config.json").write_text(json.dumps(d))
     assert refused(pretrained.model_config, tmp_path) == \
         f"config.json's model_type={shown} is not a family gptviz opens (it opens gemma, gemma2, gemma3_text, gpt2, " \
-        "gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3)"
+        "gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, olmoe, phi3, qwen2, qwen2_moe, qwen3)"
 
 
 def test_a_config_over_the_limits_says_so_in_config_json_s_words(tmp_path):

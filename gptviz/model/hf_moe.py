@@ -7,6 +7,8 @@ router and experts in place of the MLP (``gptviz.model.experts``).
   pick route to ``num_experts`` experts (``moe_intermediate_size`` wide; probabilities renormalised only with
   ``norm_topk_prob``) plus a shared expert (``shared_expert_intermediate_size``) scaled by a sigmoid gate; the
   others have a dense MLP (``intermediate_size``).
+- ``olmoe``: OLMo's pre-norm blocks with QK-norm over the whole query and key projections (as OLMo 2), and a mixture
+  in every layer (``num_experts`` of ``intermediate_size``, probabilities renormalised only with ``norm_topk_prob``).
 - ``gpt_oss``: biases on q, k, v and o, a learned attention sink per head, sliding windows on the layers
   ``layer_types`` names, YaRN rotary positions, a router with a bias choosing by logit (the softmax of the chosen
   logits, equal to renormalised probabilities), and experts with biases and GPT-OSS's clamped gated unit, their
@@ -42,6 +44,7 @@ _MOE_NAMES = {"n_expert": "num_local_experts (or num_experts)", "n_expert_active
               "moe_layers": "decoder_sparse_step, mlp_only_layers"}
 _MIXTRAL_NAMES = {**_LLAMA_NAMES, **_MOE_NAMES}
 _QWEN2_MOE_NAMES = {**_LLAMA_NAMES, **_MOE_NAMES}
+_OLMOE_NAMES = {**_LLAMA_NAMES, **_MOE_NAMES, "qk_norm_full": "q_norm, k_norm (always on)"}
 _GPT_OSS_NAMES = {**_QWEN3_NAMES, **_MOE_NAMES, "sliding_layers": "layer_types"}
 
 
@@ -80,6 +83,16 @@ def _qwen2_moe_config(d: dict) -> ModelConfig:
                          d_expert=_int(d, "moe_intermediate_size", default=1408),
                          d_shared_expert=_int(d, "shared_expert_intermediate_size", default=5632),
                          moe_layers=None if len(layers) == base.n_layer else layers,
+                         expert_renorm=_flag(d, "norm_topk_prob", False), router_aux_coef=0.0)
+
+
+def _olmoe_config(d: dict) -> ModelConfig:
+    if d.get("clip_qkv") is not None:
+        raise ValueError(f"config.json's clip_qkv={d['clip_qkv']!r} is not supported: gptviz does not clamp queries, "
+                         "keys and values (OLMoE-1B-7B has clip_qkv null)")
+    base = _llama_config(d, names=_OLMOE_NAMES, qk_norm=True)
+    return _with_experts(base, _OLMOE_NAMES, qk_norm_full=True, n_expert=_int(d, "num_experts", default=64),
+                         n_expert_active=_int(d, "num_experts_per_tok", default=8), d_expert=base.d_mlp,
                          expert_renorm=_flag(d, "norm_topk_prob", False), router_aux_coef=0.0)
 
 
@@ -161,6 +174,16 @@ def _qwen2_moe_extra(c: ModelConfig, p: str) -> dict:
 def _qwen2_moe_shapes(c: ModelConfig) -> dict[str, tuple]:
     return _moe_shapes(_swiglu_expert("gate_proj", "up_proj", "down_proj", lambda: c), "mlp.", "gate",
                        _qwen2_moe_extra)(c)
+
+
+def _olmoe_extra(c: ModelConfig, p: str) -> dict:
+    """OLMoE's QK-norm gains: one over the whole query projection, one over the whole key projection."""
+    return {p + "self_attn.q_norm.weight": (c.d_attn,), p + "self_attn.k_norm.weight": (c.d_kv,)}
+
+
+def _olmoe_shapes(c: ModelConfig) -> dict[str, tuple]:
+    return _moe_shapes(_swiglu_expert("gate_proj", "up_proj", "down_proj", lambda: c), "mlp.", "gate",
+                       _olmoe_extra)(c)
 
 
 def _gpt_oss_extra(c: ModelConfig, p: str) -> dict:
@@ -258,5 +281,7 @@ MOE_FAMILIES: dict[str, Family] = {
     "qwen2_moe": Family(_qwen2_moe_config, _qwen2_moe_shapes,
                         _moe_convert("mlp.", "gate", ("gate_proj", "up_proj", "down_proj")), _experts_note,
                         names=_QWEN2_MOE_NAMES),
+    "olmoe": Family(_olmoe_config, _olmoe_shapes, _moe_convert("mlp.", "gate", ("gate_proj", "up_proj", "down_proj")),
+                    _experts_note, names=_OLMOE_NAMES),
     "gpt_oss": Family(_gpt_oss_config, _gpt_oss_shapes, _gpt_oss_convert, _experts_note, names=_GPT_OSS_NAMES),
 }

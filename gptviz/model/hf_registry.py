@@ -37,6 +37,8 @@ FAMILY_TABLE: dict[str, FamilyRow] = {
     "phi3": FamilyRow("Phi-3", "fused QKV and gate-up projections, partial rotary, longrope scaling"),
     "mixtral": FamilyRow("Mixtral", "a mixture of experts in every layer: router logits and probabilities, top-2 "
                                     "experts and their weights"),
+    "olmoe": FamilyRow("OLMoE", "a mixture of experts in every layer (top-8 of 64 in OLMoE-1B-7B), QK-norm over the "
+                                "whole projections"),
     "qwen2_moe": FamilyRow("Qwen2-MoE", "experts on the layers it names, and a shared expert with a sigmoid gate"),
     "gpt_oss": FamilyRow("GPT-OSS", "learned attention sinks (a \"sink\" key column), alternating sliding windows, "
                                     "YaRN, experts with biases and a clamped gated unit"),
