@@ -171,3 +171,21 @@ def test_the_published_runs_are_real_bench_runs_of_this_machine_kind():
         assert re.fullmatch(r"[0-9a-f]{7,}", run["commit"]) and run["date"].startswith("20")
         assert run["machine"]["cores"] and run["load_average"]["samples"] >= 1
         assert len(data["rows"]) >= 20 and run["exit_status"] in (0, 1, 2)
+
+
+def test_the_readme_lists_every_family_gptviz_opens_with_what_it_adds():
+    """The families table is the registry's, row for row (gptviz.model.hf_registry: the Model & weights page shows
+    the same rows), and every family in it opens (it is a key of FAMILIES)."""
+    from gptviz.model.hf_registry import FAMILIES, FAMILY_TABLE
+
+    table = README.read_text().split("## Model families", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (.+?) \| `(\w+)` \| (.+?) \|$", table, re.M)
+    assert [(t, name, adds) for name, t, adds in rows[1:]] == [(t, r.name, r.adds) for t, r in FAMILY_TABLE.items()]
+    assert set(FAMILY_TABLE) == set(FAMILIES)
+
+
+def test_the_readme_lists_every_page_in_the_navigation():
+    from gptviz.ui.nav import PAGES
+
+    table = README.read_text().split("## The pages", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^\| ([^|]+?) \| ", table, re.M)[2:] == [title for _, title, *_ in PAGES]

@@ -1,6 +1,7 @@
 """Part 7, long texts (issue 21): every page after a text change at T = 512, and the memory of one trace, for GPT-2
-small and a SmolLM2-135M-shaped model. ``python -m tools.bench --only long`` (it takes 10-30 minutes, so it runs
-only when named), or ``python -m tools.bench.long_texts [--reps N] [--pages home,attention] [--models gpt2,smol]``.
+small and a SmolLM2-135M-shaped model; and (issue 38) every page at T = 256 for a Qwen3-0.6B-shaped model.
+``python -m tools.bench --only long`` (it takes 10-30 minutes, so it runs only when named), or
+``python -m tools.bench.long_texts [--reps N] [--pages home,attention] [--models gpt2,smol,qwen3]``.
 
 - **gpt2-small**: the preset (124,439,808 parameters, random weights) with the GPT-2 tokenizer.
 - **SmolLM2-135M shape**: a ``transformers`` ``LlamaForCausalLM`` with SmolLM2-135M's config (30 layers, hidden 576,
@@ -8,6 +9,10 @@ only when named), or ``python -m tools.bench.long_texts [--reps N] [--pages home
   134,515,008 parameters) and random weights, saved once with a BPE tokenizer trained on the Shakespeare corpus
   (``--models-dir``, default ``/tmp/gptviz-bench-models``) and opened by the app as ``?model=NAME`` from
   ``GPTVIZ_MODELS_DIR``, as a server's model folder is.
+- **Qwen3-0.6B shape**: a ``Qwen3ForCausalLM`` with Qwen3-0.6B's config (28 layers, hidden 1024, 16 heads of 128, 8
+  key/value heads, QK-norm, intermediate 3072, vocabulary 151,936, rope_theta 1,000,000, tied embeddings;
+  596,049,920 parameters, just under gptviz's 600,000,000 limit), random weights, built and opened the same way,
+  at T = 256 (the issue's size).
 
 Each row: the model (name and parameter count, checked against the sidebar after every run), T (every text change
 must trace exactly 512 positions), how many of the reruns were cache misses (all of them should be), the number of
@@ -36,6 +41,11 @@ T_LONG = 512
 GOAL_MS, GOAL_BACKWARD_MS, GOAL_TRACE_MIB = 3000, 6000, 1536
 GPT2_PARAMS, SMOL_PARAMS = 124_439_808, 134_515_008
 SMOL_NAME = "SmolLM2-135M-shape"
+QWEN3_PARAMS, QWEN3_NAME = 596_049_920, "Qwen3-0.6B-shape"
+QWEN3_CONFIG = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                    num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1000000.0,
+                    tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=40960, hidden_act="silu")
+T_OF = {"gpt2": T_LONG, "smol": T_LONG, "qwen3": 256}  # the positions each model's rows read
 SMOL_CONFIG = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                    num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True,
                    rms_norm_eps=1e-5, max_position_embeddings=8192, hidden_act="silu")
@@ -50,9 +60,11 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def smol_folder(models_dir: Path) -> Path:
-    """The SmolLM2-135M-shaped model folder, built once (random weights, seeded) with its tokenizer."""
-    folder = models_dir / SMOL_NAME
+def smol_folder(models_dir: Path, which: str = "smol") -> Path:
+    """The SmolLM2-135M-shaped (or, ``which="qwen3"``, Qwen3-0.6B-shaped) model folder, built once (random weights,
+    seeded) with its tokenizer."""
+    name, want = (SMOL_NAME, SMOL_PARAMS) if which == "smol" else (QWEN3_NAME, QWEN3_PARAMS)
+    folder = models_dir / name
     if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file() and \
             any(folder.glob("*.safetensors")):
         return folder
@@ -63,12 +75,12 @@ def smol_folder(models_dir: Path) -> Path:
     from gptviz.text.corpus import load
 
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = tf.LlamaConfig(**SMOL_CONFIG)
     torch.manual_seed(0)
-    model = tf.LlamaForCausalLM(cfg).eval()
+    model = (tf.LlamaForCausalLM(tf.LlamaConfig(**SMOL_CONFIG)) if which == "smol"
+             else tf.Qwen3ForCausalLM(tf.Qwen3Config(**QWEN3_CONFIG))).eval()
     n = sum(p.numel() for p in model.parameters())
-    if n != SMOL_PARAMS:
-        raise BenchFailure(f"the SmolLM2-135M shape built with {n:,} parameters, not {SMOL_PARAMS:,}")
+    if n != want:
+        raise BenchFailure(f"the {name} built with {n:,} parameters, not {want:,}")
     model.save_pretrained(str(folder))
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -108,18 +120,20 @@ def expected(which: str, models_dir: Path) -> dict:
         from gptviz.model.pretrained import model_config
         from gptviz.text.hf_tokenizer import HFTokenizer
 
-        folder = smol_folder(models_dir)
+        folder = smol_folder(models_dir, which)
         cfg = model_config(folder)[0]
-        if cfg.num_params() != SMOL_PARAMS or (cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.n_embd) != (30, 9, 3, 576):
-            raise BenchFailure(f"the folder {folder} is not SmolLM2-135M's shape ({cfg.num_params():,} parameters)")
+        name, want, shape = ((SMOL_NAME, SMOL_PARAMS, (30, 9, 3, 576, False)) if which == "smol" else
+                             (QWEN3_NAME, QWEN3_PARAMS, (28, 16, 8, 1024, True)))
+        if cfg.num_params() != want or (cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.qk_norm) != shape:
+            raise BenchFailure(f"the folder {folder} is not {name} ({cfg.num_params():,} parameters)")
         tok = HFTokenizer.from_file(folder / "tokenizer.json")
-        label, query = f"{SMOL_NAME} · {cfg.num_params():,} params", {"model": SMOL_NAME}
-    story = STORY * 8
-    text_for = (lambda w: cut_to(tok, f"{w} {story}", T_LONG))
+        label, query = f"{name} · {cfg.num_params():,} params", {"model": name}
+    story, T = STORY * 8, T_OF[which]
+    text_for = (lambda w: cut_to(tok, f"{w} {story}", T))
     first = text_for("start")
     if len(first) > MAX_LINE_CHARS:
-        raise BenchFailure(f"{T_LONG} tokens took {len(first)} characters, over the app's {MAX_LINE_CHARS:,} a line")
-    return {"cfg": cfg, "label": label, "query": dict(query, text=first), "text_for": text_for,
+        raise BenchFailure(f"{T} tokens took {len(first)} characters, over the app's {MAX_LINE_CHARS:,} a line")
+    return {"cfg": cfg, "label": label, "query": dict(query, text=first), "text_for": text_for, "T": T,
             "tokenizer": "gpt2" if which == "gpt2" else "its own BPE (2,000)"}
 
 
@@ -166,8 +180,8 @@ def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] |
                     check_page(at, exp, f"text change {i + 1}")
                     misses += len(counter.calls) > n0
                 Ts = sorted({T for _, T in counter.calls[first:]})
-                if Ts and T_LONG not in Ts:  # (a page may also trace a probe, or a lesson its own text)
-                    raise BenchFailure(f"no trace had T={T_LONG} (the traces had T={'/'.join(map(str, Ts))})")
+                if Ts and exp["T"] not in Ts:  # (a page may also trace a probe, or a lesson its own text)
+                    raise BenchFailure(f"no trace had T={exp['T']} (the traces had T={'/'.join(map(str, Ts))})")
                 text, p50, up = spread(times)
                 cache = f"cache: {reps - misses} hit, {misses} miss" if Ts else "no trace"
                 t_label = "T=" + "/".join(map(str, Ts)) if Ts else "T=— (draws no trace)"
@@ -224,21 +238,21 @@ print(json.dumps(dict(before=before, peak=status("VmHWM"), held=status("VmRSS"),
 
 def bench_long_memory(which: str, models_dir: Path) -> list[dict]:
     rows = []
-    folder = str(smol_folder(models_dir)) if which != "gpt2" else ""
-    name = "gpt2-small" if which == "gpt2" else SMOL_NAME
+    folder = str(smol_folder(models_dir, which)) if which != "gpt2" else ""
+    name = {"gpt2": "gpt2-small", "smol": SMOL_NAME, "qwen3": QWEN3_NAME}[which]
     for grads in (False, True):
         figure = f"long text · {name} · one trace's memory" + (" (with gradients: Backward)" if grads else "")
         load0 = _load()
         try:
             out = subprocess.run([sys.executable, "-c", _MEM_SCRIPT.format(root=str(ROOT), which=which, folder=folder,
-                                                                          T=T_LONG, grads=grads)],
+                                                                          T=T_OF[which], grads=grads)],
                                  capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
             r = json.loads(out)
         except (subprocess.CalledProcessError, ValueError, IndexError) as exc:
             rows.append(failed(figure, name, f"{type(exc).__name__}: {exc}"[:300]))
             continue
         kept = mib(r["nbytes"])
-        rows.append(row(figure, f"{name} · {r['params']:,} params · T={T_LONG} · random ids · slim {r['slim']} · "
+        rows.append(row(figure, f"{name} · {r['params']:,} params · T={T_OF[which]} · random ids · slim {r['slim']} · "
                                 f"layers kept: {r['layers']}",
                         f"cached {kept:.0f} MiB (estimate {mib(r['estimate']):.0f}) · peak while traced "
                         f"+{mib(r['peak'] - r['before']):.0f} MiB · {r['seconds']:.2f} s · load {load0} → {_load()}",
@@ -264,7 +278,7 @@ def bench_long(quick: bool, reps: int | None = None, models: tuple[str, ...] = (
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench.long_texts", description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=20, help="text changes per page (p95 from 20 on, else the max)")
-    p.add_argument("--models", default="gpt2,smol", help="gpt2, smol or both")
+    p.add_argument("--models", default="gpt2,smol", help="gpt2, smol, qwen3, comma-separated")
     p.add_argument("--pages", default="", help="page files' stems, comma-separated (default: every page)")
     p.add_argument("--models-dir", default=None, help="where the SmolLM2-shaped folder is built (once)")
     p.add_argument("--json", help="also write the rows as JSON here")
