@@ -304,3 +304,19 @@ def gradient_reading(info, grad: np.ndarray, labels: Sequence[str], batch: int =
     direction = "lower" if val > 0 else "raise"
     return (f"Each number says how much the loss would rise if that value grew a little. The strongest is at "
             f"{', '.join(where)} ({val:+.3g}): to lower the loss, training would {direction} that value.")
+
+
+def pattern_with_sink(pattern: np.ndarray, sink: np.ndarray, tokens: Sequence[str],
+                      masked: Optional[np.ndarray] = None) -> Matrix:
+    """One head's attention weights (T, T) with its sink's weight (T,) as one more key column, named "sink" (GPT-OSS):
+    a row's token weights and its sink weight sum to 1, so the token weights visibly sum to less. ``masked`` (T, T)
+    marks the keys a query may not see (the sink is never masked)."""
+    T = pattern.shape[0]
+    v = np.concatenate([np.asarray(pattern, dtype=float), np.asarray(sink, dtype=float).reshape(T, 1)], axis=1)
+    mask = None
+    if masked is not None:
+        mask = np.concatenate([np.asarray(masked, dtype=bool)[:T, :T], np.zeros((T, 1), dtype=bool)], axis=1)
+        v = np.where(mask, np.nan, v)
+    labels = list(tokens)[:T]
+    return Matrix(v, labels, labels + ["sink"], "query", "key", "probability", mask,
+                  hover_rows=token_hover(labels), hover_cols=token_hover(labels) + ["the sink: no token, no value"])

@@ -207,8 +207,24 @@ def pattern(ctx, *, key: str = "pat", kind: str = "self") -> None:
         cross_step(ctx, name, key=key)
     else:
         name = act_name("pattern", ctx.layer)
-        head_step(ctx, name, key=key)
+        if getattr(ctx.cfg, "attn_sinks", False) and ctx.head is not None:
+            _pattern_with_sink(ctx, name, key)
+        else:
+            head_step(ctx, name, key=key)
     explain(step_info(ctx.trace(), name), code=False)
+
+
+def _pattern_with_sink(ctx, name: str, key: str) -> None:
+    """GPT-OSS: the head's weights with the sink as one more key column, named "sink"."""
+    tr, T, h = ctx.trace(), ctx.n_pos, ctx.head
+    pat = np.asarray(tr[name])[ctx.b, h, :T, :T]
+    sink = np.asarray(tr[act_name("sink", ctx.layer)])[ctx.b, h, :T, 0]
+    mk = masked(ctx, name)
+    m = matrices.pattern_with_sink(pat, sink, ctx.labels(), None if mk is None else mk[:T, :T])
+    plot(ctx, figures.heatmap(m, f"{step_info(tr, name).title} · head {h} · with the sink (rows sum to 1 with it)"),
+         key=f"fig.{key}{name}.sink")
+    st.caption(f"The sink column is the weight no token gets: this head gives it {sink.mean():.0%} of each row on "
+               "average, so its token weights sum to less than 1.")
 
 
 @section("attention.steps")
