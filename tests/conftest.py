@@ -34,7 +34,8 @@ from gptviz import GPT, ModelConfig
 SLOW_FILES_FIRST = [
     "browser/test_browser.py", "test_replicas.py", "test_shipped_models.py", "test_load.py",
     "browser/test_live_class_browser.py",
-    "app/test_model_folders.py", "test_wheel.py", "browser/test_old_addresses_browser.py",
+    "app/test_model_folders.py", "app/test_model_folders_moe.py", "app/test_model_folders_later.py", "test_wheel.py",
+    "browser/test_old_addresses_browser.py",
     "browser/test_restart_browser.py", "app/test_page_hostile.py", "browser/test_lessons_browser.py",
     "app/test_page_init.py", "test_report.py", "app/test_trace_retention.py",
     "app/test_classroom.py", "test_notebook.py", "browser/test_first_screen_browser.py", "app/test_palette.py",
