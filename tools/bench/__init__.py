@@ -47,6 +47,11 @@ every figure is set against a baseline measured in the same run, because these m
    Backward, ≤ 1.5 GiB a trace). 10-30 minutes, so only with ``--only long``; ``python -m tools.bench.long_texts
    --pages home,attention --reps 3`` runs a few pages.
 
+8. **families** (issue 38) — every page after a text change at T = 256 for a Qwen3-0.6B-shaped model folder
+   (596,049,920 parameters, random weights, built here with ``transformers``; goal ≤ 3 s a page, ≤ 6 s Backward) and
+   one trace's memory, then every page's view and text change on the shipped mixture of experts (shakespeare-moe, 8
+   experts, top 2) as in part 2. About 25 minutes, so only with ``--only families``.
+
 ``--quick`` runs fewer repeats (a smoke check; shorter class runs). ``--only trace,pages,memory,training,browser``
 (the default) picks parts, ``class`` among them when named; ``--browser-only`` and ``--no-browser`` are
 shorthands. Exit status: 0 when every row met its goal, 1 when a

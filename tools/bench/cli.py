@@ -24,7 +24,9 @@ from tools.bench.run_record import LoadSampler, record
 from tools.bench.training import bench_training
 
 PARTS = "trace,pages,memory,training,browser"  # the default; "class" (5-15 minutes) runs only when named in --only
-ALL_PARTS = PARTS + ",class,long,live"  # "long": every page at T = 512 (tools/bench/long_texts.py), about 15 minutes
+ALL_PARTS = PARTS + ",class,long,live,families"  # "long": every page at T = 512 (tools/bench/long_texts.py), ~15 min
+# "families" (issue 38): every page at T = 256 for a Qwen3-0.6B-shaped folder, and every page on the shipped mixture
+# of experts (shakespeare-moe), about 25 minutes
 # "live": a live class of 60 on 2 replicas + Redis + HAProxy (tools/bench/live_class.py), about 2.5 minutes
 
 
@@ -66,6 +68,7 @@ def main(argv=None) -> int:
         ("class", lambda: bench_class(a.quick)),
         ("live", lambda: bench_live(a.quick)),  # a live class on 2 replicas + Redis + HAProxy (~2.5 min)
         ("long", lambda: bench_long(a.quick)),
+        ("families", lambda: bench_long(a.quick, models=("qwen3",)) + bench_pages(a.quick, "shakespeare-moe", pages)),
     ]
     started, t_run = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
     with LoadSampler() as load:

@@ -72,6 +72,15 @@ def expected_model(shape: str) -> dict:
         cfg = preset("default", vocab_size=tok.vocab_size)
         return {"cfg": cfg, "tokenizer": "char-bpe", "query": {"preset": "default"},
                 "label": f"default · {cfg.num_params():,} params", "goal_ms": GOALS["page_default_ms"]}
+    if shape == "shakespeare-moe":  # the shipped mixture of experts (issue 38), read from its checkpoint
+        from gptviz.model.checkpoint import load_checkpoint
+        from gptviz.paths import CHECKPOINTS
+
+        cfg = load_checkpoint(CHECKPOINTS / "shakespeare-moe.safetensors").model.config
+        if (cfg.n_expert, cfg.n_expert_active) != (8, 2):
+            raise BenchFailure(f"shakespeare-moe has {cfg.n_expert} experts, top {cfg.n_expert_active}, not 8, top 2")
+        return {"cfg": cfg, "tokenizer": "its own char-bpe", "query": {"preset": "checkpoint: shakespeare-moe"},
+                "label": f"shakespeare-moe · {cfg.num_params():,} params", "goal_ms": GOALS["page_default_ms"]}
     cfg = preset("gpt2-small", vocab_size=50257)
     if cfg.num_params() != GPT2_SMALL_PARAMS:
         raise BenchFailure(f"preset gpt2-small has {cfg.num_params():,} parameters, not GPT-2 small's "
