@@ -124,3 +124,15 @@ def test_a_huge_upload_is_refused_before_it_is_read(monkeypatch):
     ok(at)
     assert "over the" in messages(at) and "limit" in messages(at)
     assert status(at) == before
+
+
+def test_the_page_says_which_families_open_and_what_each_adds():
+    """One row per family gptviz opens (the loader's registry, FAMILIES), with its model_type and what it adds."""
+    from gptviz.model.hf_registry import FAMILIES, FAMILY_TABLE
+
+    at = ok(page("weights"))
+    tables = [t.value for t in at.table]
+    df = next(t for t in tables if "config.json's model_type" in t.columns)
+    assert list(df["config.json's model_type"]) == list(FAMILY_TABLE) and set(FAMILY_TABLE) == set(FAMILIES)
+    assert list(df["family"]) == [r.name for r in FAMILY_TABLE.values()]
+    assert "learned attention sinks" in df.set_index("config.json's model_type").loc["gpt_oss", "what it adds"]
