@@ -80,8 +80,8 @@ def moe_layer_params(cfg: Any) -> int:
     """One mixture-of-experts layer's parameters: the router, the experts, the shared expert and its gate."""
     C, E = cfg.n_embd, cfg.n_expert
     total = C * E + (E if cfg.router_bias else 0) + E * mlp_params(cfg, cfg.d_expert, cfg.expert_bias)
-    if cfg.d_shared_expert:
-        total += mlp_params(cfg, cfg.d_shared_expert, False) + C
+    if cfg.d_shared_expert:  # a gated MLP without biases, whatever the experts are (Qwen2-MoE's), and its gate
+        total += 3 * C * cfg.d_shared_expert + C
     return total
 
 

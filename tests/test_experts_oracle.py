@@ -207,3 +207,51 @@ def test_a_bad_mixture_is_refused_naming_the_field(kw, message):
     with pytest.raises(ValueError) as err:
         ModelConfig(**{**base, **kw})
     assert str(err.value) == message
+
+
+def test_gpt_oss_s_gated_unit_is_its_formula_past_both_clamps():
+    """(clamp(u, -L, L) + 1) · g'·σ(α g'), g' = min(g, L), written out here, on values past the clamp on both sides,
+    with a limit and a slope that are not GPT-OSS's defaults."""
+    from gptviz.model.experts import gated_unit
+
+    cfg = ModelConfig(n_expert=2, n_expert_active=1, activation="gpt_oss_glu", swiglu_limit=1.5, swiglu_alpha=0.7)
+    g = torch.tensor([-3.0, -0.5, 0.4, 1.2, 2.0, 9.0])
+    u = torch.tensor([-4.0, -1.0, 0.3, 1.6, -2.5, 0.9])
+    gc = torch.tensor([min(v, 1.5) for v in g.tolist()])
+    uc = torch.tensor([max(-1.5, min(v, 1.5)) for v in u.tolist()])
+    want = (uc + 1) * gc / (1 + torch.exp(-0.7 * gc))
+    assert torch.allclose(gated_unit(g, u, cfg), want, atol=1e-6)
+    assert torch.allclose(gated_unit(g, u, ModelConfig(gated_mlp=True, activation="silu")), F.silu(g) * u)
+
+
+def test_the_balancing_loss_counts_an_expert_no_token_chose():
+    probs = torch.tensor([[[0.5, 0.3, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1]]])
+    chosen = torch.tensor([[[0], [1]]])  # experts 2 and 3 never chosen
+    f = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    assert torch.allclose(load_balance_loss(probs, chosen, 4), 4 * (f * probs.mean(dim=(0, 1))).sum())
+
+
+@pytest.mark.parametrize("kw", [
+    dict(n_expert=0), dict(n_expert=1, n_expert_active=1), dict(router_bias=True), dict(expert_bias=True),
+    dict(gated_mlp=True, activation="silu", expert_bias=True, router_bias=True),
+    dict(activation="gpt_oss_glu", expert_bias=True), dict(d_shared_expert=12),  # a shared expert on a GELU model
+    dict(d_shared_expert=12, gated_mlp=True, activation="silu", moe_layers=[0], n_layer=3),
+], ids=["dense", "one expert", "router bias", "expert biases", "gated, biases", "gpt-oss unit", "shared, gelu",
+        "shared, one layer"])
+def test_the_parameter_count_from_the_config_is_the_models(kw):
+    model = small_moe(**kw)
+    assert model.config.num_params() == sum(p.numel() for p in model.parameters())
+    assert sum(hasattr(b.mlp, "router") for b in model.transformer.h) == \
+        (0 if not kw.get("n_expert", 5) else len(kw.get("moe_layers") or range(model.config.n_layer)))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(d_shared_expert=12, gated_mlp=True, activation="silu")])
+def test_the_trace_estimate_counts_a_mixture_s_steps_exactly(kw):
+    """moe_trace_floats is the number of floats one mixture layer's steps hold in a real trace of B=2, T=7."""
+    from gptviz.config_moe import moe_trace_floats
+    from gptviz.model.hook_names import EXPERT_STEPS
+
+    model = small_moe(**kw)
+    tr = trace(model, torch.randint(0, 40, (2, 7)))
+    held = sum(np.asarray(tr[act_name(s, 1)]).size for s in EXPERT_STEPS if act_name(s, 1) in tr)
+    assert moe_trace_floats(model.config, 2, 7) == held
