@@ -1,4 +1,5 @@
-"""The two Shakespeare models that ship in checkpoints/: what their files claim is true of their weights.
+"""The Shakespeare models that ship in checkpoints/ (the GPT, the attention-only model, the mixture of experts): what
+their files claim is true of their weights.
 
 The models are never retrained here (that takes minutes to hours: the README gives the commands); a short
 seeded run of the same recipe is the smoke test.
@@ -126,3 +127,53 @@ def test_the_readme_command_remakes_the_start_of_the_shipped_induction_run(ind, 
         assert got[k] == pytest.approx(want[k], rel=1e-4, abs=1e-5), k
     # issue 9's bar: the attention-only model is within 0.1 nats per character of the GPT on the held-out plays
     assert ind.meta["validation"]["nats_per_char"] <= gpt.meta["validation"]["nats_per_char"] + 0.1
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return load_checkpoint(CHECKPOINTS / "shakespeare-moe.safetensors")
+
+
+def test_the_mixture_of_experts_gpt_matches_the_dense_gpt_with_the_same_active_parameters(moe, gpt):
+    """Issue 38's bar: the shipped MoE GPT (4 layers, 8 experts, top 2) within 0.05 nats per character of the dense
+    Shakespeare GPT on the held-out plays, with as many MLP weights per token (2 experts × 256 = the GPT's 512).
+    Its recorded validation is checked against its weights on 64 windows spread over the plays (the figure its
+    curve recorded at the last step), recomputed here."""
+    c, d = moe.config, gpt.config
+    assert (c.n_layer, c.n_head, c.n_embd, c.n_expert, c.n_expert_active) == (4, 4, 128, 8, 2)
+    assert c.n_expert_active * c.d_expert == d.d_mlp and c.moe_layers is None
+    cmd = moe.meta["command"].split()  # as run: written to a scratch folder (--out), then copied to checkpoints/
+    assert cmd[:5] == ["python", "-m", "gptviz.train", "--task", "shakespeare-moe"] and cmd[-2:] == ["--threads", "1"]
+    assert moe.meta["validation"]["nats_per_char"] <= gpt.meta["validation"]["nats_per_char"] + 0.05
+    task = ShakespeareTask(block_size=c.block_size, run_len=(1, c.block_size // 2))
+    v = task.validation(moe.model, max_windows=64)
+    assert v["nats_per_char"] == pytest.approx(moe.meta["curve"][-1]["val_nats_per_char"], abs=1e-4)
+
+
+def test_the_mixture_of_experts_gpt_uses_every_expert_as_its_checkpoint_says(moe):
+    """Each layer's load (the share of routing choices per expert) over the held-out plays, counted here from the
+    chosen experts of a plain forward pass (forward hooks on each router's output, the top 2 by a sort), equals the
+    load the checkpoint recorded; no expert is dead (each takes at least 2 % of the choices)."""
+    from gptviz.interp.experts import held_out_windows
+
+    windows = held_out_windows(moe.tokenizer, moe.config.block_size, max_windows=moe.meta["expert_load_windows"])
+    counts = {layer: np.zeros(8) for layer in range(4)}
+
+    def count(layer):
+        def hook(module, inputs, logits) -> None:  # returns None: the router's output is left as it is
+            top2 = logits.softmax(-1).argsort(-1, descending=True)[..., :2]
+            counts[layer] += np.bincount(top2.reshape(-1).numpy(), minlength=8)
+        return hook
+
+    handles = [b.mlp.router.register_forward_hook(count(layer)) for layer, b in enumerate(moe.model.transformer.h)]
+    try:
+        with torch.no_grad():
+            for i in range(0, len(windows), 64):
+                moe.model(windows[i:i + 64])
+    finally:
+        for h in handles:
+            h.remove()
+    for layer in range(4):
+        load = counts[layer] / counts[layer].sum()
+        assert np.allclose(load, moe.meta["expert_load"][str(layer)], atol=1e-4), layer
+        assert load.min() >= 0.02, (layer, load)
