@@ -222,6 +222,16 @@ def test_gpt_oss_s_gated_unit_is_its_formula_past_both_clamps():
     want = (uc + 1) * gc / (1 + torch.exp(-0.7 * gc))
     assert torch.allclose(gated_unit(g, u, cfg), want, atol=1e-6)
     assert torch.allclose(gated_unit(g, u, ModelConfig(gated_mlp=True, activation="silu")), F.silu(g) * u)
+    dense = GPT(ModelConfig(vocab_size=40, n_layer=1, n_head=2, n_embd=16, gated_mlp=True, activation="gpt_oss_glu",
+                            swiglu_limit=1.5, swiglu_alpha=0.7))  # a dense gated MLP with GPT-OSS's unit
+    tr = trace(dense, torch.randint(0, 40, (1, 6)))
+    g, u = (torch.as_tensor(np.asarray(tr[act_name(s, 0)])) * 30 for s in ("pre", "pre_linear"))
+    gc, uc = g.clamp(max=1.5), u.clamp(-1.5, 1.5)
+    assert torch.allclose(gated_unit(g, u, dense.config), (uc + 1) * gc * torch.sigmoid(0.7 * gc), atol=1e-6)
+    h = torch.as_tensor(np.asarray(tr[act_name("post", 0)]))
+    g0, u0 = (torch.as_tensor(np.asarray(tr[act_name(s, 0)])) for s in ("pre", "pre_linear"))
+    assert torch.allclose(h, (u0.clamp(-1.5, 1.5) + 1) * g0.clamp(max=1.5) * torch.sigmoid(0.7 * g0.clamp(max=1.5)),
+                          atol=1e-6)
 
 
 def test_the_balancing_loss_counts_an_expert_no_token_chose():
@@ -255,3 +265,41 @@ def test_the_trace_estimate_counts_a_mixture_s_steps_exactly(kw):
     tr = trace(model, torch.randint(0, 40, (2, 7)))
     held = sum(np.asarray(tr[act_name(s, 1)]).size for s in EXPERT_STEPS if act_name(s, 1) in tr)
     assert moe_trace_floats(model.config, 2, 7) == held
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(d_expert=0), "d_expert=0 must be a whole number of at least 1, or None (as wide as d_mlp)"),
+    (dict(d_expert=2.0), "d_expert=2.0 must be a whole number of at least 1, or None (as wide as d_mlp)"),
+    (dict(n_expert=2.0), "n_expert=2.0 must be a whole number of at least 0"),
+    (dict(expert_renorm="yes"), "expert_renorm='yes' must be True or False"),
+    (dict(router_aux_coef=-0.5), "router_aux_coef=-0.5 must be a finite number of at least 0"),
+    (dict(router_aux_coef=float("nan")), "router_aux_coef=nan must be a finite number of at least 0"),
+    (dict(swiglu_alpha=True), "swiglu_alpha=True must be a finite number of at least 0"),
+    (dict(swiglu_limit=0), "swiglu_limit=0.0 must be above 0"),
+    (dict(n_expert=0, activation="gpt_oss_glu"), "activation='gpt_oss_glu' is a gated unit: it needs gated_mlp=True "
+                                                 "or experts (n_expert > 0)"),
+    (dict(n_enc_layer=0), "n_expert=5 needs a decoder-only model whose blocks have an MLP (attn_only=False, "
+                          "n_enc_layer=-1)"),
+    (dict(n_expert_active=0), "n_expert_active=0 must be from 1 to n_expert=5: the experts each token goes to"),
+    (dict(moe_layers="1"), "moe_layers='1' must be a list of layer indices, or None (every layer)"),
+    (dict(moe_layers=[0, 0]), "moe_layers=(0, 0) must be sorted, each layer once"),
+    (dict(n_expert=0, moe_layers=[0]), "moe_layers=[0] needs experts: set n_expert (0 means a plain MLP in every "
+                                       "layer)"),
+])
+def test_more_bad_mixtures_are_refused_word_for_word(kw, message):
+    base = dict(vocab_size=40, n_layer=2, n_head=2, n_embd=16, n_expert=5, d_expert=8)
+    with pytest.raises(ValueError) as err:
+        ModelConfig(**{**base, **kw})
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("kw", [dict(d_expert=1), dict(router_aux_coef=0), dict(swiglu_limit=0.5),
+                                dict(n_expert_active=1), dict(n_expert_active=5), dict(moe_layers=[1]),
+                                dict(n_expert=0, gated_mlp=True, activation="gpt_oss_glu"), dict(n_expert=1,
+                                                                                                 n_expert_active=1)],
+                         ids=["d_expert 1", "no aux loss", "limit 0.5", "top 1", "top all", "layer 1 only",
+                              "gpt-oss unit in a dense gated MLP", "one expert"])
+def test_mixtures_at_the_edges_of_the_rules_are_accepted(kw):
+    cfg = ModelConfig(**{**dict(vocab_size=40, n_layer=2, n_head=2, n_embd=16, n_expert=5, d_expert=8), **kw})
+    assert [cfg.is_moe_layer(i) for i in range(2)] == ([False, False] if not cfg.n_expert else
+                                                      [i in (cfg.moe_layers or (0, 1)) for i in range(2)])

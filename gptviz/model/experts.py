@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from ..config_moe import GLU_OSS
 from .hook_points import HookPoint, Recorder
-from .layers import MLP, Linear, activate
+from .layers import MLP, Linear, activate, gated_unit
 
 
 class ExpertLinear(nn.Module):
@@ -30,15 +30,6 @@ class ExpertLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, e: int) -> torch.Tensor:
         return F.linear(x, self.weight[e], None if self.bias is None else self.bias[e])
-
-
-def gated_unit(g: torch.Tensor, u: torch.Tensor, config: ModelConfig) -> torch.Tensor:
-    """A gated MLP's hidden activations from its gate ``g`` and its other projection ``u``: ``act(g) · u``, or
-    GPT-OSS's clamped unit ``(clamp(u, -limit, limit) + 1) · g'·σ(α·g')`` with ``g' = min(g, limit)``."""
-    if config.activation == GLU_OSS:
-        g = g.clamp(max=config.swiglu_limit)
-        return (u.clamp(-config.swiglu_limit, config.swiglu_limit) + 1) * (g * torch.sigmoid(g * config.swiglu_alpha))
-    return activate(g, config.activation) * u
 
 
 class MixtureOfExperts(nn.Module):

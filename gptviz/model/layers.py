@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
+from ..config_moe import GLU_OSS
 from .hook_points import HookPoint, Recorder
 
 
@@ -233,6 +234,15 @@ def activate(h: torch.Tensor, activation: str) -> torch.Tensor:
     return F.relu(h)
 
 
+def gated_unit(g: torch.Tensor, u: torch.Tensor, config: ModelConfig) -> torch.Tensor:
+    """A gated MLP's hidden activations from its gate ``g`` and its other projection ``u``: ``act(g) · u``, or
+    GPT-OSS's clamped unit ``(clamp(u, -limit, limit) + 1) · g'·σ(α·g')`` with ``g' = min(g, limit)``."""
+    if config.activation == GLU_OSS:
+        g = g.clamp(max=config.swiglu_limit)
+        return (u.clamp(-config.swiglu_limit, config.swiglu_limit) + 1) * (g * torch.sigmoid(g * config.swiglu_alpha))
+    return activate(g, config.activation) * u
+
+
 class MLP(nn.Module):
     """The feed-forward sublayer: C -> d_mlp, the activation, d_mlp -> C; hooked before and after the activation.
 
@@ -244,6 +254,7 @@ class MLP(nn.Module):
         super().__init__()
         p = prefix or f"blocks.{layer}.mlp"
         self.activation = config.activation
+        self.config = config
         self.gated = config.gated_mlp
         if self.gated:
             self.c_gate = Linear(config.n_embd, config.d_mlp, bias=config.bias)
@@ -257,7 +268,7 @@ class MLP(nn.Module):
         if self.gated:
             g = self.hook_pre(self.c_gate(x), rec)  # (B, T, d_mlp)
             u = self.hook_pre_linear(self.c_fc(x), rec)  # (B, T, d_mlp)
-            h = self.hook_post(activate(g, self.activation) * u, rec)  # (B, T, d_mlp)
+            h = self.hook_post(gated_unit(g, u, self.config), rec)  # (B, T, d_mlp)
             return self.c_proj(h)  # (B, T, C)
         h = self.hook_pre(self.c_fc(x), rec)  # (B, T, d_mlp)
         h = self.hook_post(activate(h, self.activation), rec)  # (B, T, d_mlp)
