@@ -79,8 +79,9 @@ def check(at, name, text, vocab: str, warnings, infos, positions):
         assert not any(m.startswith(TEXT_NOTICES) for m in shown), (*where, shown)
     # Generation has its own prompt box, seeded once from the sidebar; Who did it's first heatmap is the logit lens,
     # one row per layer, not per position; the pages that explain one prediction (its routes, a neuron, a feature, two
-    # models' heads) draw no position × position heatmap to count
-    if name not in ("generation", "who", "contributions", "neurons", "features", "compare"):
+    # models' heads) draw no position × position heatmap to count, nor does Experts on a model without experts (the
+    # default's: one line says so)
+    if name not in ("generation", "who", "contributions", "neurons", "features", "compare", "experts"):
         assert positions_shown(at, name, positions), (*where, positions)
 
 
