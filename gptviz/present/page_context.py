@@ -236,6 +236,9 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
     notes: list[Notice] = list(s.pop(URL_NOTICES, None) or [])  # what was wrong with the link, shown once
     # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until unloaded
     preset = str(s.get("preset", ""))
+    if s.get("model_key") and preset.startswith((CKPT_PREFIX, FOLDER_PREFIX)) and \
+            store.registered(s["model_key"]) is None:
+        s["model_key"] = None  # a shipped or folder model the store let go (others loaded since): open it again
     if preset.startswith(CKPT_PREFIX) and not s.get("model_key"):
         name = preset[len(CKPT_PREFIX):]
         try:

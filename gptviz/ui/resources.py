@@ -33,7 +33,9 @@ from ..text.tokenizers import TokenizerUnavailable, get_tokenizer
 # recently used are forgotten here, but a session keeps its own (trained, uploaded) models for as long as it
 # lives: ``registered`` finds them in its session state and registers them again.
 MAX_REGISTERED = 32
-MAX_REGISTERED_BYTES = 2_000_000_000  # about four GPT-2 smalls, or thousands of the class's small models
+# the largest model gptviz opens (MAX_PARAMS = 600M parameters: 2.4 GB of float32) beside a few small ones; at 2 GB a
+# Qwen3-0.6B-shaped folder was let go as soon as a shipped model was registered beside it (the bench, 2026-11-27)
+MAX_REGISTERED_BYTES = 3_000_000_000
 OWN_MODELS = "gptviz.own_models"  # st.session_state: this session's own models, key -> Entry (most recent last)
 LET_GO = "gptviz.own_models.let_go"  # st.session_state: the labels of own models let go, for the next page's notice
 # A session's own models together (trained, uploaded, loaded from the hub), in bytes of weights: past it the least

@@ -28,3 +28,16 @@ def test_a_link_to_a_folder_that_is_not_there_or_a_path_opens_the_default_with_a
         assert not at.exception
         assert "there is no model folder called" in messages(at), bad
         assert "model folder:" not in messages(at)
+
+
+def test_a_folder_model_the_store_let_go_is_opened_again_not_swapped_for_the_default(models_dir):
+    """The registry forgets the least recently used models past its budget; a folder (or shipped) model can be read
+    from disk again, so its page reopens it rather than falling back to the configurable model with a warning."""
+    from gptviz.ui import resources
+
+    at = page("attention", opening=True, model="llama", text="the cat sat on the mat")
+    assert "model folder: llama" in messages(at)
+    resources._REGISTERED.clear()  # as if other models had filled the store since
+    at.run()
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert "model folder: llama" in messages(at)
