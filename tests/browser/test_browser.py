@@ -156,3 +156,26 @@ def test_training_can_be_stopped_and_keeps_the_model(server, browser):
     assert page.get_by_text("Loss during training").count() >= 1
     page.screenshot(path=str(SHOTS / "training_stopped.png"))
     page.close()
+
+
+def test_the_experts_page_on_the_shipped_mixture_works_at_1280x720(server, browser):
+    """Issue 38: the Experts page opened on the shipped mixture of experts in Chromium at a projector's 1280×720: no
+    exception, the routing heatmap (with its chosen-expert dots) and the load chart drawn above the fold."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/Experts?preset=checkpoint%3A%20shakespeare-moe")
+    wait_for_charts(page)
+    check_page_title_and_navigation(page, "Experts", "Experts")
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.get_by_text("Experts · layer 0 · 8 experts, top 2").count() >= 1
+    charts = page.locator(".js-plotly-plot")
+    assert charts.count() >= 2
+    for i in range(2):  # the routing heatmap and the loads, side by side, both begun above the fold
+        box = charts.nth(i).bounding_box()
+        assert box and box["width"] > 250 and box["y"] < 720, (i, box)
+    assert page.locator(".js-plotly-plot .heatmaplayer image, .js-plotly-plot image").count() >= 1
+    assert page.locator(".js-plotly-plot .scatterlayer .point").count() >= 2  # the chosen experts' dots
+    page.screenshot(path=str(SHOTS / "Experts.png"))
+    assert not errors, errors
+    page.close()
