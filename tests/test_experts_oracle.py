@@ -282,6 +282,7 @@ def test_the_trace_estimate_counts_a_mixture_s_steps_exactly(kw):
                           "n_enc_layer=-1)"),
     (dict(n_expert_active=0), "n_expert_active=0 must be from 1 to n_expert=5: the experts each token goes to"),
     (dict(moe_layers="1"), "moe_layers='1' must be a list of layer indices, or None (every layer)"),
+    (dict(moe_layers=[0.5]), "moe_layers=[0.5] must be a list of layer indices, or None (every layer)"),
     (dict(moe_layers=[0, 0]), "moe_layers=(0, 0) must be sorted, each layer once"),
     (dict(n_expert=0, moe_layers=[0]), "moe_layers=[0] needs experts: set n_expert (0 means a plain MLP in every "
                                        "layer)"),
