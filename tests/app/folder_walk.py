@@ -6,7 +6,8 @@ import os
 from apphelp import PAGES, charts, messages, page
 from hf_models import build
 
-EXTRA = {"phi3": {"original_max_position_embeddings": 16, "sliding_window": 8,  # the text is short: short factors
+EXTRA = {"mistral": {"sliding_window": 4},  # shorter than the walk's text: the band is on every attention page
+         "phi3": {"original_max_position_embeddings": 16, "sliding_window": 8,  # the text is short: short factors
                   "rope_parameters": {"rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor": 0.5,
                                       "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 4.0, 8.0, 16.0]}}}
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "olmoe", "gpt_oss")

@@ -1,4 +1,5 @@
-"""Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Qwen2, Qwen3 with QK-norm,
+"""Every page on a model folder of each family (GPT-2, Llama with grouped-query attention, Mistral with a sliding
+window shorter than the text, Qwen2, Qwen3 with QK-norm,
 GPT-NeoX with the parallel block and partial rotary, Gemma with multi-query attention and GeGLU), opened as a class
 would: a link naming a folder of the server's models directory (``?model=NAME``), never a path. Each page opens with
 no exception and draws; the model it shows is the folder's, with the folder's own tokenizer."""
@@ -8,7 +9,7 @@ from folder_walk import ALL_PAGES, folders, walk
 from lazy_import import lazy
 
 lazy("transformers", skip=True)
-FOLDER_FAMILIES = ["gpt2", "llama", "qwen2", "qwen3", "gpt_neox", "gemma"]
+FOLDER_FAMILIES = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma"]
 
 
 @pytest.fixture(scope="module")
