@@ -171,3 +171,12 @@ def compare(hf, model, idx, mask=None) -> None:
         ours = tr[act_name("pattern", layer)]
         for b in range(idx.shape[0]):
             assert (ours[b][:, real[b]] - pattern[b][:, real[b]]).abs().max().item() < 1e-5, (layer, b)
+
+
+def two_rows(tok):
+    """Two rows of 40 tokens (five sliding windows of 8), the second the first reversed and left-padded by 5."""
+    ids = long_ids(tok, 40)
+    two = torch.tensor([ids, ids[::-1]])
+    mask = torch.ones_like(two)
+    mask[1, :5] = 0
+    return two, mask

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from hf_models import build, compare, long_ids
+from hf_models import build, compare, long_ids, two_rows
 from lazy_import import lazy
 
 import gptviz
@@ -22,15 +22,6 @@ from gptviz.model.pretrained import model_config
 
 transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def two_rows(tok) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two rows of 40 tokens (five sliding windows of 8), the second left-padded by 5."""
-    ids = long_ids(tok, 40)
-    two = torch.tensor([ids, ids[::-1]])
-    mask = torch.ones_like(two)
-    mask[1, :5] = 0
-    return two, mask
 
 
 # --------------------------------------------------------------------------- transformers' Gemma2ForCausalLM

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import build, compare, long_ids
+from hf_models import build, compare, long_ids, two_rows
 from lazy_import import lazy
 
 import gptviz
@@ -17,14 +17,6 @@ from gptviz.model.hook_names import act_name
 
 transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def two_rows(tok):
-    ids = long_ids(tok, 40)
-    two = torch.tensor([ids, ids[::-1]])
-    mask = torch.ones_like(two)
-    mask[1, :5] = 0
-    return two, mask
 
 
 def routers(hf, idx, mask=None) -> dict:

@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from hf_models import build, compare, long_ids
+from hf_models import build, compare, long_ids, two_rows
 from lazy_import import lazy
 
 import gptviz
@@ -21,14 +21,6 @@ from gptviz.model.pretrained import model_config
 
 transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def two_rows(tok) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = long_ids(tok, 40)
-    two = torch.tensor([ids, ids[::-1]])
-    mask = torch.ones_like(two)
-    mask[1, :5] = 0
-    return two, mask
 
 
 @pytest.mark.parametrize("extra", [{}, {"tie_word_embeddings": True, "attention_bias": True, "rms_norm_eps": 0.3,

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import build, compare, long_ids
+from hf_models import build, compare, long_ids, two_rows
 from lazy_import import lazy
 
 import gptviz
@@ -23,15 +23,6 @@ from gptviz.run import edits
 
 transformers = lazy("transformers")  # pinned in requirements-dev.txt: missing, the tests fail, not skip
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def two_rows(tok) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two rows, the second left-padded by 5."""
-    ids = long_ids(tok, 40)
-    two = torch.tensor([ids, ids[::-1]])
-    mask = torch.ones_like(two)
-    mask[1, :5] = 0
-    return two, mask
 
 
 # --------------------------------------------------------------------------- transformers' Qwen3ForCausalLM

@@ -131,3 +131,18 @@ def in_config_terms(message: str, names: dict[str, str]) -> str:
     said = [f"{ours} is {theirs}" for ours, theirs in names.items()
             if ours != theirs and re.search(rf"(?<![\w.']){ours}\b", message)]
     return f"{message} (in config.json: {'; '.join(said)})" if said else message
+
+
+def heads(d: dict) -> tuple[int, int, int, Optional[int]]:
+    """``(hidden_size, num_attention_heads, num_key_value_heads, head_dim or None)`` of a Llama-like config, refused
+    when the key/value heads do not divide the query heads, or when there would be heads of width 0."""
+    C, nh = _int(d, "hidden_size"), _int(d, "num_attention_heads")
+    nkv = _int(d, "num_key_value_heads", default=nh)
+    if nh % nkv:
+        raise ValueError(f"config.json's num_attention_heads={nh} must be divisible by num_key_value_heads={nkv}: "
+                         "each key/value head serves the same number of query heads")
+    d_head = _int(d, "head_dim", default=None)
+    if d_head is None and nh > C:
+        raise ValueError(f"config.json's num_attention_heads={nh} is more than its hidden_size={C}, and it has no "
+                         "head_dim: each head would be hidden_size / num_attention_heads = 0 wide")
+    return C, nh, nkv, d_head

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from ..config import ModelConfig
-from .hf_config_fields import _bad, _flag, _float, _int, _text
+from .hf_config_fields import _bad, _flag, _float, _int, _text, heads
 from .hf_family_base import MAX_CONTEXT as MAX_CONTEXT  # re-exported: where the tests look for it
 from .hf_family_base import Family, _activation, _build, _context
 from .hf_family_base import in_config_terms as in_config_terms  # re-exported: the loader's
@@ -103,15 +103,7 @@ def _llama_config(d: dict, qwen: bool = False, names: dict[str, str] = _LLAMA_NA
     if _flag(d, "mlp_bias", False):
         raise ValueError("mlp_bias=true is not supported: gptviz's Llama-family MLP has no biases")
     rope = read_rope(d)
-    C, nh = _int(d, "hidden_size"), _int(d, "num_attention_heads")
-    nkv = _int(d, "num_key_value_heads", default=nh)
-    if nh % nkv:
-        raise ValueError(f"config.json's num_attention_heads={nh} must be divisible by num_key_value_heads={nkv}: "
-                         "each key/value head serves the same number of query heads")
-    d_head = _int(d, "head_dim", default=None)
-    if d_head is None and nh > C:
-        raise ValueError(f"config.json's num_attention_heads={nh} is more than its hidden_size={C}, and it has no "
-                         "head_dim: each head would be hidden_size / num_attention_heads = 0 wide")
+    C, nh, nkv, d_head = heads(d)
     attn_bias = True if qwen else _flag(d, "attention_bias", False)
     n_layer = _int(d, "num_hidden_layers")
     return _build(

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ModelConfig
-from .hf_config_fields import _activation, _build, _context, _flag, _float, _int
+from .hf_config_fields import _activation, _build, _context, _flag, _float, _int, heads
 from .hf_rope import NAMES as _ROPE_NAMES
 from .hf_rope import read_rope
 
@@ -39,15 +39,7 @@ def phi3_config(d: dict) -> ModelConfig:
     """A Phi-3 config.json as a ModelConfig; the keys it leaves out take ``Phi3Config``'s defaults."""
     d = {**d, **{k: v for k, v in _DEFAULTS.items() if d.get(k) is None}}
     rope: dict[str, Any] = read_rope(d, types=("longrope",), aliases={"su": "longrope", "yarn": "longrope"})
-    C, nh = _int(d, "hidden_size"), _int(d, "num_attention_heads")
-    nkv = _int(d, "num_key_value_heads", default=nh)
-    if nh % nkv:
-        raise ValueError(f"config.json's num_attention_heads={nh} must be divisible by num_key_value_heads={nkv}: "
-                         "each key/value head serves the same number of query heads")
-    d_head = _int(d, "head_dim", default=None)
-    if d_head is None and nh > C:
-        raise ValueError(f"config.json's num_attention_heads={nh} is more than its hidden_size={C}, and it has no "
-                         "head_dim: each head would be hidden_size / num_attention_heads = 0 wide")
+    C, nh, nkv, d_head = heads(d)
     window = _int(d, "sliding_window", default=None, high=None)
     return _build(
         PHI3_NAMES, vocab_size=_int(d, "vocab_size"), block_size=_context(d, "max_position_embeddings"),
