@@ -272,6 +272,11 @@ class ModelConfig:
         """Parameter count, computed from the shape alone (nothing is allocated): ``gptviz.config_sizes``."""
         return config_sizes.num_params(self)
 
+    def forward_flops(self, batch: int, seq_len: int) -> int:
+        """The arithmetic of one forward pass over (batch, seq_len) tokens, a multiply-add counted as 2:
+        ``gptviz.config_sizes.forward_flops``, which says what it counts."""
+        return config_sizes.forward_flops(self, batch, seq_len)
+
     def trace_bytes(self, batch: int, seq_len: int, grads: bool = False, slim: bool = False,
                     layers: Optional[int] = None) -> int:
         """An upper estimate of the memory a trace of (batch, seq_len) tokens keeps (float32):

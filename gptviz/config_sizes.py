@@ -1,11 +1,11 @@
-"""What a ``ModelConfig`` comes to, worked out from its shape alone: its parameter count and an upper estimate of a
-trace's memory. Kept apart so that ``gptviz.config`` stays one readable dataclass; its ``num_params`` and
-``trace_bytes`` call these."""
+"""What a ``ModelConfig`` comes to, worked out from its shape alone: its parameter count, an upper estimate of a
+trace's memory and the arithmetic of one forward pass. Kept apart so that ``gptviz.config`` stays one readable
+dataclass; its ``num_params``, ``trace_bytes`` and ``forward_flops`` call these."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from .config_moe import mlp_params, moe_layer_params, moe_trace_floats, n_moe_layers
+from .config_moe import is_moe_layer, mlp_params, moe_layer_params, moe_trace_floats, n_moe_layers
 
 
 def num_params(self: Any) -> int:  # self: the ModelConfig
@@ -35,6 +35,23 @@ def num_params(self: Any) -> int:  # self: the ModelConfig
     if not self.tie_weights:
         total += V * C
     return total
+
+
+def forward_flops(self: Any, batch: int, seq_len: int) -> int:
+    """The floating-point operations of one forward pass over (batch, seq_len) tokens, counting a multiply-add as 2:
+    every weight matrix a token passes through (its parameters; a mixture of experts' chosen experts only, an
+    embedding table only where it is the unembedding), and each layer's two T × T products, scores and weighted
+    values, computed whole as the eager pass does. Norms, activations and softmax are left out (a few percent); an
+    encoder-decoder's encoder and cross-attention too (only big decoder-only models are budgeted by it)."""
+    B, T, C, V = batch, seq_len, self.n_embd, self.vocab_size
+    matmul = num_params(self) - (0 if self.tie_weights else V * C)  # the input table is a lookup, not a product
+    matmul -= self.block_size * C if self.pos_encoding == "learned" else 0
+    idle = self.n_expert - self.n_expert_active  # experts a token skips, in each layer that has them
+    matmul -= sum(is_moe_layer(self, i) for i in range(self.n_layer)) * idle * mlp_params(
+        self, self.d_expert, self.expert_bias) if self.n_expert else 0
+    attention = self.n_layer * 2 * (2 * self.n_head * T * T * self.d_head)  # q·k and pattern·v, each T × T × d_head
+    return 2 * B * T * matmul + B * attention
+
 
 def trace_bytes(self: Any, batch: int, seq_len: int, grads: bool = False, slim: bool = False,
                 layers: Optional[int] = None) -> int:

@@ -79,7 +79,8 @@ def test_a_qwen_sized_shape_is_admitted_without_allocating_it():
     t = big_model_t(qwen)
     assert 64 <= t < 512 and t in (64, 128, 256)
     assert qwen.trace_bytes(1, t, slim=slim_view(qwen, 1, t)) <= MAX_TRACE_BYTES
-    assert qwen.trace_bytes(1, 2 * t, slim=True) > MAX_TRACE_BYTES  # the largest such T
+    assert qwen.trace_bytes(1, 2 * t, slim=True) > MAX_TRACE_BYTES or \
+        qwen.forward_flops(1, 2 * t) > 160e9  # the largest such T (memory, or the arithmetic of one text)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: no weights were built
 
 

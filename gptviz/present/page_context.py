@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -42,11 +43,27 @@ from .settings import (  # noqa: F401  (re-exported: the settings were part of t
 )
 
 # A model this big reads at most BIG_MODEL_T tokens per line, so that every page stays quick, and fewer when a slim
-# trace of one line that long would not fit the trace limit (big_model_t). A view's trace is slim (each layer's score
-# steps worked out when read, gptviz.run.on_demand) when its full trace would be over SLIM_TRACE_BYTES.
+# trace of one line that long would not fit the trace limit, or its forward pass would cost more than PAGE_FLOPS
+# (big_model_t). A view's trace is slim (each layer's score steps worked out when read, gptviz.run.on_demand) when
+# its full trace would be over SLIM_TRACE_BYTES.
 BIG_MODEL_PARAMS = 20_000_000
 BIG_MODEL_T = 512
 SLIM_TRACE_BYTES = 64_000_000
+# The arithmetic one text change may cost (ModelConfig.forward_flops): about SmolLM2-135M's or GPT-2 small's pass over
+# 512 tokens (156 and 136 GFLOP), the most whose pages kept to the 3 s budget on 2 cores (tools/bench, part "long").
+# A Qwen3-0.6B shape costs 320 GFLOP at 256 tokens, and its plain forward pass alone takes 2.8-4.0 s there, so it
+# reads 128 (156 GFLOP). GPTVIZ_PAGE_GFLOP raises it on a faster server (bounded: 10 GFLOP to 10 TFLOP).
+PAGE_FLOPS = 160e9
+
+
+def page_flops() -> float:
+    """PAGE_FLOPS, or the server's GPTVIZ_PAGE_GFLOP (a number of GFLOP from 10 to 10,000; anything else is ignored)."""
+    raw = os.environ.get("GPTVIZ_PAGE_GFLOP", "")
+    try:
+        g = float(raw)
+    except ValueError:
+        return PAGE_FLOPS
+    return g * 1e9 if 10 <= g <= 10_000 else PAGE_FLOPS
 
 
 def slim_view(cfg: ModelConfig, batch: int, seq_len: int) -> bool:
@@ -55,12 +72,29 @@ def slim_view(cfg: ModelConfig, batch: int, seq_len: int) -> bool:
 
 
 def big_model_t(cfg: ModelConfig) -> int:
-    """The most tokens a line of a big model is cut to: BIG_MODEL_T, halved until one line's trace fits the limit
-    (64 at least), never more than block_size. Worked out from the config alone: nothing is allocated."""
-    T = min(cfg.block_size, BIG_MODEL_T)
-    while T > 64 and cfg.trace_bytes(1, T, slim=slim_view(cfg, 1, T)) > MAX_TRACE_BYTES:
+    """The most tokens a line of a big model is cut to: BIG_MODEL_T, halved until one line's trace fits the limit and
+    its forward pass the arithmetic budget (``page_flops``), 64 at least, never more than block_size. Worked out from
+    the config alone: nothing is allocated."""
+    T, budget = min(cfg.block_size, BIG_MODEL_T), page_flops()
+    while T > 64 and (cfg.trace_bytes(1, T, slim=slim_view(cfg, 1, T)) > MAX_TRACE_BYTES
+                      or cfg.forward_flops(1, T) > budget):
         T //= 2
     return T
+
+
+def why_cut(cfg: ModelConfig, T: int) -> str:
+    """The sentence saying why a big model's lines are cut to T tokens (``big_model_t``)."""
+    n, longer = cfg.num_params(), min(cfg.block_size, 2 * T)
+    why = "to keep the pages responsive"
+    if T < min(cfg.block_size, BIG_MODEL_T):
+        if cfg.forward_flops(1, longer) > page_flops():
+            why = (f"because one pass over {longer} tokens would cost about {cfg.forward_flops(1, longer) / 1e9:,.0f} "
+                   f"GFLOP, over this server's budget of {page_flops() / 1e9:,.0f} GFLOP a text (a few seconds on "
+                   "two cores), so that every page stays within about 3 s")
+        else:
+            why = (f"because the trace of {longer} tokens would not fit the trace limit of "
+                   f"{MAX_TRACE_BYTES / 1e9:g} GB")
+    return f"This model has {n / 1e6:.0f}M parameters: each line is cut to {T} tokens {why}."
 
 
 @dataclass
@@ -305,8 +339,7 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
     T = cfg.block_size
     if cfg.num_params() > BIG_MODEL_PARAMS and T > big_model_t(cfg):
         T = big_model_t(cfg)
-        notes.append(Notice("caption", f"This model has {cfg.num_params() / 1e6:.0f}M parameters: each line is cut "
-                                       f"to {T} tokens to keep the pages responsive."))
+        notes.append(Notice("caption", why_cut(cfg, T)))
     try:
         batch = encode_batch(tok, s["text"], T)
     except ValueError as exc:
