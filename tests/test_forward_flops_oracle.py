@@ -71,3 +71,13 @@ def test_a_server_may_raise_the_budget_within_bounds(monkeypatch, raw, expected)
     """10,000 GFLOP would allow 512 tokens, but their slim trace is over the memory limit: 256."""
     monkeypatch.setenv("GPTVIZ_PAGE_GFLOP", raw)
     assert big_model_t(QWEN3_06B) == expected
+
+
+def test_compare_models_counts_both_models_passes(monkeypatch):
+    """Compare models runs two models on the text: twice the arithmetic, so half the tokens where the budget binds
+    (Qwen3-0.6B: 2 × 156 GFLOP at 128 is over 160, so 64; GPT-2 small: 2 × 136 at 512, so 256)."""
+    monkeypatch.delenv("GPTVIZ_PAGE_GFLOP", raising=False)
+    assert big_model_t(QWEN3_06B, passes=2) == 64 and big_model_t(GPT2_SMALL, passes=2) == 256
+    assert why_cut(QWEN3_06B, 64, passes=2).startswith(
+        "This model has 596M parameters: each line is cut to 64 tokens because 2 passes over 128 tokens (one for "
+        "each model) would cost about 313 GFLOP, over this server's budget of 160 GFLOP a text")

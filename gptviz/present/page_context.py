@@ -71,24 +71,26 @@ def slim_view(cfg: ModelConfig, batch: int, seq_len: int) -> bool:
     return cfg.n_enc_layer < 0 and cfg.trace_bytes(batch, seq_len) > SLIM_TRACE_BYTES
 
 
-def big_model_t(cfg: ModelConfig) -> int:
+def big_model_t(cfg: ModelConfig, passes: int = 1) -> int:
     """The most tokens a line of a big model is cut to: BIG_MODEL_T, halved until one line's trace fits the limit and
-    its forward pass the arithmetic budget (``page_flops``), 64 at least, never more than block_size. Worked out from
-    the config alone: nothing is allocated."""
+    ``passes`` forward passes the arithmetic budget (``page_flops``; Compare models runs two models on the text), 64
+    at least, never more than block_size. Worked out from the config alone: nothing is allocated."""
     T, budget = min(cfg.block_size, BIG_MODEL_T), page_flops()
     while T > 64 and (cfg.trace_bytes(1, T, slim=slim_view(cfg, 1, T)) > MAX_TRACE_BYTES
-                      or cfg.forward_flops(1, T) > budget):
+                      or passes * cfg.forward_flops(1, T) > budget):
         T //= 2
     return T
 
 
-def why_cut(cfg: ModelConfig, T: int) -> str:
-    """The sentence saying why a big model's lines are cut to T tokens (``big_model_t``)."""
+def why_cut(cfg: ModelConfig, T: int, passes: int = 1) -> str:
+    """The sentence saying why a big model's lines are cut to T tokens (``big_model_t(cfg, passes)``)."""
     n, longer = cfg.num_params(), min(cfg.block_size, 2 * T)
     why = "to keep the pages responsive"
     if T < min(cfg.block_size, BIG_MODEL_T):
-        if cfg.forward_flops(1, longer) > page_flops():
-            why = (f"because one pass over {longer} tokens would cost about {cfg.forward_flops(1, longer) / 1e9:,.0f} "
+        if passes * cfg.forward_flops(1, longer) > page_flops():
+            one = (f"one pass over {longer} tokens" if passes == 1
+                   else f"{passes} passes over {longer} tokens (one for each model)")
+            why = (f"because {one} would cost about {passes * cfg.forward_flops(1, longer) / 1e9:,.0f} "
                    f"GFLOP, over this server's budget of {page_flops() / 1e9:,.0f} GFLOP a text (a few seconds on "
                    "two cores), so that every page stays within about 3 s")
         else:

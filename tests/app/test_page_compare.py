@@ -137,3 +137,21 @@ def test_the_most_changed_head_is_one_click_away_and_hostile_text_stays_text():
     ok(at)
     assert at.selectbox(key="cmp.step").value == f"blocks.{layer}.attn.hook_pattern"
     assert chart(at, "B − A")["layout"]["title"]["text"].endswith(f"head {head}")
+
+
+def test_a_big_model_compares_on_what_two_passes_may_cost_and_says_so(monkeypatch):
+    """A server budget of 40 GFLOP a text (GPTVIZ_PAGE_GFLOP): GPT-2 small's pass over 128 tokens costs about 32 GFLOP
+    (2 × 124M × 128 and the 12 layers' 128 × 128 products), so its line is cut to 128; Compare models runs two models,
+    65 GFLOP at 128, so it reads 64 and says so; the step it draws has 64 positions, not the 156 typed."""
+    from gptviz.text.tokenizers import get_tokenizer
+
+    monkeypatch.setenv("GPTVIZ_PAGE_GFLOP", "40")
+    text = " ".join(["the cat sat on the mat and the dog ran to the hill"] * 12)
+    assert len(get_tokenizer("gpt2").encode(text)) == 156
+    at = ok(page("compare", preset="gpt2-small", tokenizer="gpt2", text=text))
+    said = " ".join(c.value for c in at.caption)
+    assert ("each line is cut to 128 tokens because one pass over 256 tokens would cost about 66 GFLOP, over this "
+            "server's budget of 40 GFLOP a text") in said
+    assert "here each model reads its line cut to 64 tokens because 2 passes over 128 tokens (one for each model) " \
+           "would cost about 65 GFLOP, over this server's budget of 40 GFLOP" in said
+    assert _diff_z(at).shape[-1] == 64
