@@ -5,7 +5,7 @@ import streamlit as st
 from gptviz.ui import page_setup, state
 from gptviz.ui.nav import link
 from gptviz.ui.sections import attention as sec
-from gptviz.ui.sections import source
+from gptviz.ui.sections import composition, source
 
 ctx = page_setup("Attention", ":material/visibility:")
 seq2seq = ctx.cfg.n_enc_layer >= 0
@@ -49,15 +49,19 @@ else:
     sec.heads_off(ctx, key="att")
 
 st.header("More views")
-views = ["Every layer × every head"] + ([] if kind == "cross" else ["Against a plain average"])
+views = ["Every layer × every head"] + ([] if kind == "cross" else ["Against a plain average", "How heads compose"])
 view = st.segmented_control("View", views, default=None, key="att.more" if kind == "self" else "att.more.cross",
                             label_visibility="collapsed")
 if view == "Against a plain average":
     st.subheader("Why attention? Against a plain average")
     sec.average_vs_learned(ctx, key="avg")
+elif view == "How heads compose":
+    st.subheader("How heads compose: Q, K and V")
+    composition.composition_view(ctx, key="comp")
 elif view == "Every layer × every head":
     st.subheader("Every layer × every head")
     sec.all_heads(ctx, key="overview", kind=kind)
 else:
-    st.caption("Pick a view to draw it: every head of every layer at once, or a plain average against the learned "
-               "weights. (Drawn on request, so the page stays quick on a projector.)")
+    st.caption("Pick a view to draw it: every head of every layer at once, a plain average against the learned "
+               "weights, or how heads compose (which earlier head each later head reads, from the weights). (Drawn "
+               "on request, so the page stays quick on a projector.)")

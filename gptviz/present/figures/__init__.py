@@ -6,6 +6,7 @@ The modules, one kind of figure each:
 - ``charts``: line and bar charts;
 - ``finishing``: fixed margins and presenter mode's scaled fonts, applied to a built figure;
 - ``pictures``: what is not a Plotly chart (token chips, the model's pipeline);
+- ``composition``: how heads compose (Q, K, V scores, earlier heads × later heads);
 - ``lens``: "who did it" (logit lens, direct logit attribution, patching);
 - ``initialisation``: the Initialisation page.
 """
@@ -43,6 +44,7 @@ from .comparison import (
                    head_change_grid,
                    pair_heatmaps,
 )
+from .composition import composition_heatmap
 from .contribution_graph import contribution_figure
 from .finishing import FinishedFigure, finish_spec, finished, fixed_margins, readable_x_labels, recolour, styled
 from .heatmaps import (
@@ -67,7 +69,7 @@ __all__ = [
     "CHAR_EM", "FONT", "HEAD_SHORT", "HIGHLIGHT", "MASK_COLOR", "MAX_TEXT_CELLS", "MAX_TICKS", "NONNEG_SCALE",
     "PROB_SCALE", "SIGNED_SCALE", "TICK_FONT", "WIDE_EM",
     "architecture_dot", "architecture_html", "architecture_parts", "axis", "bar_chart", "base_layout", "cell_points",
-    "color_args", "contribution_figure",
+    "color_args", "composition_heatmap", "contribution_figure",
     "escape_label", "escape_labels", "escape_markup", "figure", "finish_spec", "finished", "FinishedFigure",
     "frequency_chart",
     "fixed_margins", "head_grid", "heatmap", "in_words", "readable_x_labels", "recolour", "line_chart", "PALETTES",
