@@ -226,3 +226,30 @@ def test_the_figure_draws_each_edge_once_and_escapes_the_tokens():
     clickable = {k for t in spec["data"] for k in (t.get("customdata") or []) if isinstance(k, str) and k}
     heads = {":".join(map(str, n)) for n in g.nodes if n[0] in ("head", "mlp")}
     assert heads and heads <= clickable
+
+
+def test_the_figure_draws_only_the_positions_the_graph_reaches_spread_across_the_width():
+    """Issue 34: at the last position of an 18-token line the routes used to crowd into one column at the right edge
+    of a page-wide axis. Only the positions with a node of the graph get a column (and a tick, the token, with "…"
+    where positions were left out before it); together they fill the axis, so no drawn column is narrower than 1."""
+    import json
+
+    from gptviz.present.figures import contribution_figure
+
+    cfg = ModelConfig(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=16)
+    m = _model(cfg)
+    tr = trace(m, torch.randint(0, 50, (2, 18), generator=torch.Generator().manual_seed(3)))
+    g = route_graph(Contributions(m, tr, 1), 17, 0.1)  # batch row 1
+    used = sorted({n[-1] for n in g.nodes})
+    assert 1 < len(used) < 18  # the graph skips some positions
+    tokens = [f"t{i}" for i in range(18)]
+    spec = json.loads(contribution_figure(g, tokens, "graph").to_json())
+    xa = spec["layout"]["xaxis"]
+    want = [("… " if i > (used[k - 1] + 1 if k else 0) else "") + f"t{i}" for k, i in enumerate(used)]
+    assert xa["ticktext"] == want
+    ticks = xa["tickvals"]
+    assert len(ticks) == len(used) and all(b - a >= 1.0 for a, b in zip(ticks, ticks[1:]))
+    lo, hi = xa["range"]
+    assert hi - lo <= len(used) * 1.0 + 0.4 * 2 * len(used) + 0.6  # no room kept for the positions left out
+    xs = [x for t in spec["data"] for x in (t.get("x") or []) if x is not None]
+    assert lo <= min(xs) and max(xs) <= hi

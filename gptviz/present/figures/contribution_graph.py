@@ -32,12 +32,13 @@ def _rows(kind: str) -> dict[str, float]:
 
 SPREAD = 0.84  # the share of a token's column its heads spread over
 PLOT_PX = 820  # about how wide the plot is on a 1280-pixel screen
-EMPTY_COLUMN = 0.45  # the width of a token's column with nothing of the graph in it (a busy one: 1 or more)
 
 
 def columns(graph) -> tuple[list[float], list[float]]:
-    """(centres, widths) of the token columns 0 … position: a column is wider the more heads of the graph sit in
-    it side by side, and narrow when the graph does not reach it, so the routes get the room."""
+    """(centres, widths) of the token columns 0 … position. Only the positions the graph reaches get a column, side
+    by side across the plot's width, wider the more heads of the graph sit in it side by side; a position the graph
+    does not reach has width 0 (no column, no tick), so a graph at the end of a long line does not crowd into one
+    column at the right edge."""
     crowd: dict[int, dict[int, int]] = {}
     for n in graph.nodes:
         if n[0] == "head":
@@ -47,11 +48,23 @@ def columns(graph) -> tuple[list[float], list[float]]:
     centres, widths, x = [], [], 0.0
     for i in range(graph.position + 1):
         most = max(crowd.get(i, {}).values(), default=0)
-        w = 1.0 + 0.4 * max(0, most - 2) if i in used else EMPTY_COLUMN
+        w = 1.0 + 0.4 * max(0, most - 2) if i in used else 0.0
         centres.append(x + w / 2)
         widths.append(w)
         x += w
     return centres, widths
+
+
+def tick_labels(tokens: Sequence[str], widths: Sequence[float]) -> tuple[list[int], list[str]]:
+    """The positions drawn (width > 0) and their labels: the token, with "…" before it where positions the graph does
+    not reach were left out just before it."""
+    shown = [i for i, w in enumerate(widths) if w > 0]
+    labels = []
+    for k, i in enumerate(shown):
+        tok = str(tokens[i]) if i < len(tokens) else str(i)
+        gap = i > (shown[k - 1] + 1 if k else 0)
+        labels.append(("… " if gap else "") + tok)
+    return shown, labels
 
 
 def _head_slots(nodes) -> dict[tuple, float]:
@@ -172,10 +185,11 @@ def contribution_figure(graph, tokens: Sequence[str], title: str, prediction: Op
                      marker=dict(size=20, color="#000000", symbol="star"), name="prediction", showlegend=False,
                      textfont=dict(size=16), hovertemplate=f"final stream at {_tok(tokens, graph.position)}: "
                                                            f"{said}<extra></extra>"))
-    shown = list(range(graph.position + 1))
-    xa = axis("input token", range=[-0.3, sum(widths) + 0.3], tickmode="array", tickvals=centres,
-              ticktext=[str(tokens[i]) if i < len(tokens) else str(i) for i in shown], tickfont=TICK_FONT)
-    if any(text_px(t, TICK_FONT["size"]) > w * unit_px - 4 for t, w in zip(xa["ticktext"], widths)):
+    shown, ticktext = tick_labels(tokens, widths)
+    xa = axis("input token (only the positions the graph reaches; … where some were left out)",
+              range=[-0.3, sum(widths) + 0.3], tickmode="array", tickvals=[centres[i] for i in shown],
+              ticktext=ticktext, tickfont=TICK_FONT)
+    if any(text_px(t, TICK_FONT["size"]) > widths[i] * unit_px - 4 for t, i in zip(ticktext, shown)):
         xa["tickangle"] = -90  # upright, one column each, rather than into each other
     step = max(1, (L + 11) // 12)
     heads_row = _rows(kind)["head"]
