@@ -7,7 +7,8 @@ folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX, Gemma 1, 2 and 3, OLMo 2)
 """
 from .config import PRESET_DESCRIPTIONS, PRESETS, ModelConfig, preset
 from .interp.attribution import attention_rollout, integrated_gradients
-from .interp.sae import SparseAutoencoder, load_sae
+from .interp.sae import SparseAutoencoder
+from .interp.sae_formats import load_sae
 from .model.build import build_model
 from .model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .model.encoder_decoder import Seq2Seq

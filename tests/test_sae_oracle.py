@@ -103,7 +103,7 @@ def test_the_sizes_and_k_are_checked_at_their_limits_with_a_message_that_says_wh
             SparseAutoencoder(4, 8, HOOK, "topk", k)
     assert SparseAutoencoder(4, 8, HOOK, "topk", 8).k == 8 and SparseAutoencoder(4, 8, HOOK, "topk", 1).k == 1
     assert SparseAutoencoder(4, 8, HOOK, "relu", None).kind == "relu"  # a ReLU SAE needs no k
-    with pytest.raises(ValueError, match=r"^kind='sigmoid' must be one of topk, relu$"):
+    with pytest.raises(ValueError, match=r"^kind='sigmoid' must be one of topk, relu, jumprelu$"):
         SparseAutoencoder(4, 8, HOOK, "sigmoid", 2)
 
 

@@ -7,8 +7,11 @@ An SAE rewrites a residual-stream vector ``x`` (n_embd numbers) as a few active 
     x_hat = f @ W_dec + b_dec                         # (..., n_embd)
 
 ``kind="topk"`` keeps the ``k`` largest pre-activations (Gao et al. 2024, "Scaling and evaluating sparse
-autoencoders"); ``kind="relu"`` keeps every positive one (an L1-trained SAE). The rows of ``W_dec`` have unit
-norm, so a feature's activation is how far along its direction it writes.
+autoencoders"); ``kind="relu"`` keeps every positive one (an L1-trained SAE); ``kind="jumprelu"`` keeps each one
+above its feature's own ``threshold`` (Rajamanoharan et al. 2024; Gemma Scope). ``b_dec_in=False`` leaves ``b_dec``
+out of the encoder's input (SAELens's ``apply_b_dec_to_input``). The rows of ``W_dec`` of a gptviz-trained SAE have
+unit norm, so a feature's activation is how far along its direction it writes. SAELens folders:
+``gptviz.interp.sae_formats``.
 
 The file is safetensors (``W_enc``, ``b_enc``, ``W_dec``, ``b_dec``, float16 or float32) with metadata: the hook it
 reads (``hook``), ``kind``, ``k``, ``d_model``, ``n_features``, the model it was trained on (``model``, and that
@@ -32,7 +35,7 @@ from ..paths import CHECKPOINTS
 from ..run.trace import trace
 
 FORMAT = "gptviz-sae-1"
-KINDS = ("topk", "relu")
+KINDS = ("topk", "relu", "jumprelu")
 WEIGHTS = ("W_enc", "b_enc", "W_dec", "b_dec")
 MAX_FILE_BYTES = 64_000_000  # an SAE file bigger than this is refused before it is read
 MAX_FEATURES = 65_536
@@ -42,7 +45,7 @@ class SparseAutoencoder(nn.Module):
     """The SAE's weights and its two maps. ``hook`` is the residual-stream hook it reads and writes back to."""
 
     def __init__(self, d_model: int, n_features: int, hook: str, kind: str = "topk", k: Optional[int] = 32,
-                 meta: Optional[dict] = None):
+                 meta: Optional[dict] = None, b_dec_in: bool = True):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} must be one of {', '.join(KINDS)}")
@@ -53,6 +56,9 @@ class SparseAutoencoder(nn.Module):
         self.d_model, self.n_features, self.hook, self.kind = int(d_model), int(n_features), str(hook), kind
         self.k = int(k) if kind == "topk" and k is not None else None  # (checked above: a TopK SAE has its k)
         self.meta = dict(meta or {})
+        self.b_dec_in = bool(b_dec_in)
+        if kind == "jumprelu":  # each feature's threshold: a pre-activation at or below it is 0
+            self.threshold = nn.Parameter(torch.zeros(n_features))
         self.W_enc = nn.Parameter(torch.zeros(d_model, n_features))
         self.b_enc = nn.Parameter(torch.zeros(n_features))
         self.W_dec = nn.Parameter(torch.zeros(n_features, d_model))
@@ -64,8 +70,10 @@ class SparseAutoencoder(nn.Module):
 
     # ------------------------------------------------------------------ the maps
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
-        """``(x - b_dec) @ W_enc + b_enc``: every feature's score before the sparsity rule."""
-        return (x.to(self.W_enc.dtype) - self.b_dec) @ self.W_enc + self.b_enc
+        """``(x - b_dec) @ W_enc + b_enc`` (``x @ W_enc + b_enc`` when not ``b_dec_in``): every feature's score before
+        the sparsity rule."""
+        x = x.to(self.W_enc.dtype)
+        return (x - self.b_dec if self.b_dec_in else x) @ self.W_enc + self.b_enc
 
     def encode(self, x) -> torch.Tensor:
         """Features ``(..., n_features)`` of residual-stream vectors ``x`` ``(..., d_model)``."""
@@ -75,6 +83,8 @@ class SparseAutoencoder(nn.Module):
         pre = self.pre_acts(x)
         if self.kind == "relu":
             return torch.relu(pre)
+        if self.kind == "jumprelu":  # ReLU, then 0 wherever the pre-activation is not above the threshold
+            return torch.relu(pre) * (pre > self.threshold).to(pre.dtype)
         assert self.k is not None  # a TopK SAE has its k
         vals, idx = pre.topk(self.k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))
@@ -105,6 +115,8 @@ class SparseAutoencoder(nn.Module):
     def header(self) -> dict[str, str]:
         out = {"format": FORMAT, "hook": self.hook, "kind": self.kind, "k": str(self.k or 0),
                "d_model": str(self.d_model), "n_features": str(self.n_features)}
+        if not self.b_dec_in:  # written only when not the default, so the shipped files stay as they are
+            out["b_dec_in"] = "0"
         for key, value in self.meta.items():
             out[key] = value if isinstance(value, str) else json.dumps(value)
         return out
@@ -112,7 +124,8 @@ class SparseAutoencoder(nn.Module):
     def save(self, path: Union[str, Path], dtype: torch.dtype = torch.float16) -> None:
         """Write the weights (as ``dtype``) and the metadata. Figures should be measured on what is written:
         ``load_sae`` the file afterwards."""
-        tensors = {n: getattr(self, n).detach().to(dtype).contiguous() for n in WEIGHTS}
+        names = WEIGHTS + (("threshold",) if self.kind == "jumprelu" else ())
+        tensors = {n: getattr(self, n).detach().to(dtype).contiguous() for n in names}
         safetensors.torch.save_file(tensors, str(path), metadata=self.header())
 
 
@@ -138,7 +151,7 @@ def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
         with safe_open(str(p), framework="pt") as fh:
             header = dict(fh.metadata() or {})
             names = set(fh.keys())
-            shapes = {n: tuple(fh.get_slice(n).get_shape()) for n in WEIGHTS if n in names}  # no tensor read
+            shapes = {n: tuple(fh.get_slice(n).get_shape()) for n in WEIGHTS + ("threshold",) if n in names}
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error kinds for a damaged file
         raise ValueError(f"{p.name} is not a readable safetensors file ({exc})") from None
     if header.get("format") != FORMAT:
@@ -154,17 +167,19 @@ def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
     # the header's sizes against the file's own tensors before anything is allocated: a 400-byte file may claim
     # d_model = n_features = 65,536 (two 17 GB matrices)
     want = {"W_enc": (d, n), "b_enc": (n,), "W_dec": (n, d), "b_dec": (d,)}
+    if kind == "jumprelu":
+        want["threshold"] = (n,)
     for name, shape in want.items():
-        if shapes[name] != shape:
+        if shapes.get(name) != shape:
             raise ValueError(f"{p.name}: {name} has shape {shapes[name]}, not {shape}")
     meta = {}
     for key, v in header.items():
-        if key not in ("format", "hook", "kind", "k", "d_model", "n_features"):
+        if key not in ("format", "hook", "kind", "k", "d_model", "n_features", "b_dec_in"):
             try:
                 meta[key] = _meta_value(v)
             except RecursionError:
                 raise ValueError(f"{p.name}: the header's {key!r} is nested too deeply to read") from None
-    sae = SparseAutoencoder(d, n, hook, kind, k or None, meta)
+    sae = SparseAutoencoder(d, n, hook, kind, k or None, meta, b_dec_in=header.get("b_dec_in", "1") != "0")
     weights = safetensors.torch.load_file(str(p))
     for name in want:
         getattr(sae, name).data = weights[name].float()

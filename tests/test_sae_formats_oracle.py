@@ -1,0 +1,176 @@
+"""SAELens folders (gptviz/interp/sae_formats.py): folders written here by hand, in SAELens 6's cfg.json form and in
+the older one, load through ``gptviz.load_sae`` and encode and decode as SAELens defines each architecture, written
+out below from its definitions (``x' = x - b_dec`` only with ``apply_b_dec_to_input``; ``pre = x' W_enc + b_enc``;
+standard ReLU(pre); topk the k largest of pre through a ReLU; jumprelu ReLU(pre) · [pre > threshold];
+``x_hat = f W_dec + b_dec``). Every header value is checked before anything is allocated."""
+import json
+import resource
+import subprocess
+import sys
+
+import pytest
+import safetensors.torch
+import torch
+
+import gptviz
+from gptviz.interp.sae import load_sae as load_gptviz_file
+from gptviz.interp.sae import sae_path
+from gptviz.interp.sae_formats import CFG_NAME, WEIGHTS_NAME, save_saelens
+from gptviz.paths import ROOT
+
+D, N = 12, 40
+
+
+def write_folder(folder, arch, b_dec_in=True, k=None, old=False, dtype=torch.float32, seed=0, shift=0.0,
+                 **cfg_extra):
+    """A SAELens folder, as SAELens's save_model writes it (6.x), or in the form before 6 (``old``)."""
+    g = torch.Generator().manual_seed(seed)
+    w = {"W_enc": torch.randn(D, N, generator=g), "b_enc": torch.randn(N, generator=g) * 0.5 + shift,
+         "W_dec": torch.randn(N, D, generator=g), "b_dec": torch.randn(D, generator=g)}
+    if arch == "jumprelu":
+        w["threshold"] = torch.rand(N, generator=g) * 8 - 4  # some below 0: the ReLU before the step matters
+    folder.mkdir(parents=True, exist_ok=True)
+    safetensors.torch.save_file({n: t.to(dtype) for n, t in w.items()}, str(folder / WEIGHTS_NAME))
+    if old:
+        cfg = {"architecture": "standard", "d_in": D, "d_sae": N, "hook_name": "blocks.1.hook_resid_pre",
+               "hook_layer": 1, "model_name": "tiny", "apply_b_dec_to_input": b_dec_in, "dtype": "float32",
+               "activation_fn_str": "topk" if arch == "topk" else "relu",
+               "activation_fn_kwargs": {"k": k} if arch == "topk" else {}, "normalize_activations": "none"}
+    else:
+        cfg = {"architecture": arch, "d_in": D, "d_sae": N, "dtype": "float32", "device": "cpu",
+               "apply_b_dec_to_input": b_dec_in, "normalize_activations": "none", "reshape_activations": "none",
+               "metadata": {"model_name": "tiny", "hook_name": "blocks.1.hook_resid_pre", "hook_layer": 1}}
+        if arch == "topk":
+            cfg["k"] = k
+    cfg.update(cfg_extra)
+    (folder / CFG_NAME).write_text(json.dumps(cfg))
+    return {n: t.to(dtype).double() for n, t in w.items()}
+
+
+def saelens_encode(w, x, arch, b_dec_in, k=None):
+    xin = x - w["b_dec"] if b_dec_in else x
+    pre = xin @ w["W_enc"] + w["b_enc"]
+    if arch == "standard":
+        return torch.relu(pre)
+    if arch == "jumprelu":
+        return torch.relu(pre) * (pre > w["threshold"]).double()
+    top = pre.topk(k, dim=-1)
+    return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+
+
+CASES = [("standard", True, None, False), ("standard", False, None, False), ("topk", True, 5, False),
+         ("topk", False, 3, True), ("topk", False, 12, False), ("jumprelu", False, None, False),
+         ("jumprelu", True, None, False), ("standard", True, None, True)]
+
+
+@pytest.mark.parametrize("arch, b_dec_in, k, old", CASES)
+def test_a_saelens_folder_encodes_and_decodes_as_the_format_defines(tmp_path, arch, b_dec_in, k, old):
+    w = write_folder(tmp_path / "sae", arch, b_dec_in, k, old, shift=-8.0 if k == 12 else 0.0)
+    sae = gptviz.load_sae(tmp_path / "sae")
+    assert (sae.d_model, sae.n_features, sae.hook) == (D, N, "blocks.1.hook_resid_pre")
+    x = torch.randn(2, 3, D, generator=torch.Generator().manual_seed(9)) * 2  # batch 2 × 3 positions
+    f = sae.encode(x).double()
+    want = saelens_encode(w, x.double(), arch, b_dec_in, k)
+    torch.testing.assert_close(f, want, rtol=1e-5, atol=1e-5)
+    assert 0 < int((f > 0).sum()) < f.numel()  # some features on, some off, in every case
+    if arch == "topk":
+        assert ((f > 0).sum(-1) <= k).all()
+    if k == 12:  # some of the 12 largest pre-activations are below 0: TopK's ReLU zeroes them
+        xin = x.double() if not b_dec_in else x.double() - w["b_dec"]
+        assert ((xin @ w["W_enc"] + w["b_enc"]).topk(k).values < 0).any()
+    if arch == "jumprelu":  # a negative threshold: the ReLU decides there, not the step
+        pre = (x.double() if not b_dec_in else x.double() - w["b_dec"]) @ w["W_enc"] + w["b_enc"]
+        assert ((pre < 0) & (pre > w["threshold"])).any()
+    torch.testing.assert_close(sae.decode(f.float()).double(), want @ w["W_dec"] + w["b_dec"], rtol=1e-5, atol=1e-4)
+
+
+def test_half_precision_weights_are_read_as_float32_of_the_same_values(tmp_path):
+    w = write_folder(tmp_path / "sae", "jumprelu", dtype=torch.bfloat16)
+    sae = gptviz.load_sae(tmp_path / "sae")
+    assert sae.W_enc.dtype == torch.float32 and torch.equal(sae.threshold.double(), w["threshold"])
+
+
+def test_the_shipped_sae_exports_to_a_folder_that_encodes_as_the_shipped_file(tmp_path):
+    """``python -m gptviz.export_sae`` (run as a user would): its folder, read back, gives the shipped SAE's features
+    exactly, and its cfg.json is SAELens 6's."""
+    out = tmp_path / "exported"
+    r = subprocess.run([sys.executable, "-m", "gptviz.export_sae", "--model", "shakespeare", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / CFG_NAME).read_text())
+    assert cfg["architecture"] == "topk" and cfg["k"] == 32 and cfg["apply_b_dec_to_input"] is True
+    assert cfg["metadata"]["hook_name"] == "blocks.2.hook_resid_pre" and cfg["metadata"]["hook_layer"] == 2
+    shipped, back = load_gptviz_file(sae_path("shakespeare")), gptviz.load_sae(out)
+    x = torch.randn(4, 7, shipped.d_model, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(back.encode(x), shipped.encode(x)) and torch.equal(back.decode(back.encode(x)),
+                                                                          shipped.reconstruct(x))
+    w = {n: getattr(shipped, n).detach().double() for n in ("W_enc", "b_enc", "W_dec", "b_dec")}
+    torch.testing.assert_close(back.encode(x).double(), saelens_encode(w, x.double(), "topk", True, 32), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_a_jumprelu_sae_round_trips_through_both_formats(tmp_path):
+    write_folder(tmp_path / "a", "jumprelu", b_dec_in=False)
+    a = gptviz.load_sae(tmp_path / "a")
+    save_saelens(a, tmp_path / "b")
+    a.save(tmp_path / "c.safetensors", dtype=torch.float32)
+    x = torch.randn(6, D)
+    for other in (gptviz.load_sae(tmp_path / "b"), gptviz.load_sae(tmp_path / "c.safetensors")):
+        assert other.kind == "jumprelu" and other.b_dec_in is False
+        assert torch.equal(other.encode(x), a.encode(x))
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"architecture": "gated"}, "architecture='gated' is not one gptviz computes"),
+    ({"d_sae": 0}, "d_sae=0 must be a whole number from 1 to 65,536"),
+    ({"d_in": "12"}, "d_in='12' must be a whole number"),
+    ({"normalize_activations": "constant_norm_rescale"}, "normalize_activations='constant_norm_rescale'"),
+    ({"reshape_activations": "hook_z"}, "reshape_activations='hook_z'"),
+    ({"apply_b_dec_to_input": "yes"}, "apply_b_dec_to_input='yes' must be true or false"),
+    ({"metadata": {}}, "names no hook"),
+    ({"k": 0}, "a TopK SAE needs a whole k from 1 to d_sae=40, not 0"),
+    ({"k": True}, "a TopK SAE needs a whole k"),
+    ({"activation_fn_str": "tanh-relu", "architecture": "standard"}, "activation_fn_str='tanh-relu'"),
+])
+def test_a_config_gptviz_cannot_compute_is_refused_naming_the_value(tmp_path, change, said):
+    k = change.pop("k", 4)
+    write_folder(tmp_path / "sae", "topk", k=k, **change)
+    with pytest.raises(ValueError) as err:
+        gptviz.load_sae(tmp_path / "sae")
+    assert said in str(err.value)
+
+
+def test_a_folder_claiming_huge_tensors_is_refused_before_anything_is_allocated(tmp_path):
+    """cfg.json says d_sae = 65,536 and d_in = 65,536 (two 17 GB matrices) over a file of small tensors: the shapes
+    in the safetensors header disagree, so it is refused without reading a tensor (the process hardly grows)."""
+    write_folder(tmp_path / "sae", "standard", d_in=65_536, d_sae=65_536)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match=r"W_enc has shape \(12, 40\), not \(65536, 65536\)"):
+        gptviz.load_sae(tmp_path / "sae")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KiB
+
+
+def test_broken_files_are_refused_with_what_is_wrong(tmp_path):
+    write_folder(tmp_path / "a", "jumprelu")
+    t = safetensors.torch.load_file(str(tmp_path / "a" / WEIGHTS_NAME))
+    del t["threshold"]
+    safetensors.torch.save_file(t, str(tmp_path / "a" / WEIGHTS_NAME))
+    with pytest.raises(ValueError, match="has no threshold"):
+        gptviz.load_sae(tmp_path / "a")
+    write_folder(tmp_path / "b", "standard")
+    (tmp_path / "b" / CFG_NAME).write_text("{not json")
+    with pytest.raises(ValueError, match="not readable JSON"):
+        gptviz.load_sae(tmp_path / "b")
+    write_folder(tmp_path / "c", "standard")
+    (tmp_path / "c" / CFG_NAME).write_text(json.dumps({"pad": "x" * 70_000}))
+    with pytest.raises(ValueError, match="a SAELens config is at most 65,536"):
+        gptviz.load_sae(tmp_path / "c")
+    write_folder(tmp_path / "d", "standard")
+    t = safetensors.torch.load_file(str(tmp_path / "d" / WEIGHTS_NAME))
+    t["W_enc"] = t["W_enc"].to(torch.int32)
+    safetensors.torch.save_file(t, str(tmp_path / "d" / WEIGHTS_NAME))
+    with pytest.raises(ValueError, match="W_enc is I32; gptviz reads F32, F16 or BF16"):
+        gptviz.load_sae(tmp_path / "d")
+    (tmp_path / "e").mkdir()
+    with pytest.raises(ValueError, match="a folder without cfg.json and sae_weights.safetensors"):
+        gptviz.load_sae(tmp_path / "e")
