@@ -308,7 +308,8 @@ class ModelConfig:
         if n > MAX_PARAMS:
             raise ValueError(
                 f"this config has {n:,} parameters, over the limit of {MAX_PARAMS:,}: "
-                "make n_layer, n_embd, d_mlp or vocab_size smaller"
+                + ("make n_layer, n_embd, n_expert, d_expert or vocab_size smaller" if self.n_expert else
+                   "make n_layer, n_embd, d_mlp or vocab_size smaller")
             )
         t = self.table_bytes()
         if t > MAX_TABLE_BYTES:

@@ -81,3 +81,17 @@ def test_compare_models_counts_both_models_passes(monkeypatch):
     assert why_cut(QWEN3_06B, 64, passes=2).startswith(
         "This model has 596M parameters: each line is cut to 64 tokens because 2 passes over 128 tokens (one for "
         "each model) would cost about 313 GFLOP, over this server's budget of 160 GFLOP a text")
+
+
+def test_a_mixture_of_experts_over_the_parameter_limit_names_its_expert_fields():
+    """Mixtral-8x7B's shape (46.7B parameters): refused before anything is built, naming the fields that make a
+    mixture of experts big; a dense model's message names d_mlp instead."""
+    mixtral = ModelConfig(vocab_size=32000, block_size=64, n_layer=32, n_head=32, n_kv_head=8, n_embd=4096,
+                          d_mlp=14336, norm="rmsnorm", pos_encoding="rope", bias=False, tie_weights=False,
+                          activation="silu", gated_mlp=True, n_expert=8, n_expert_active=2)
+    assert mixtral.num_params() == 46_702_792_704
+    with pytest.raises(ValueError, match=r"over the limit of 600,000,000: make n_layer, n_embd, n_expert, d_expert "
+                                         r"or vocab_size smaller$"):
+        mixtral.check_limits()
+    with pytest.raises(ValueError, match=r"make n_layer, n_embd, d_mlp or vocab_size smaller$"):
+        mixtral.replace(n_expert=0).check_limits()
