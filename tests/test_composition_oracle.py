@@ -126,3 +126,38 @@ def test_a_model_the_scores_are_not_for_is_refused_with_the_reason():
     big = ModelConfig(vocab_size=30, block_size=8, n_layer=28, n_head=16, n_embd=32)
     assert composition.n_pairs(big) == 16 * 16 * 28 * 27 // 2 == 96_768
     assert "96,768 pairs of heads" in composition.why_not(big)
+
+
+def test_an_encoder_decoder_model_is_refused_in_those_words():
+    for n_enc in (0, 1):  # 0: a decoder reading a fixed random source through cross-attention
+        cfg = ModelConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=8, n_enc_layer=n_enc)
+        assert composition.why_not(cfg) == ("composition scores are for decoder-only models; this one also has an "
+                                            "encoder and cross-attention")
+    one = ModelConfig(vocab_size=30, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    assert composition.why_not(one) == ("a one-layer model has no earlier head for a later one to read: composition "
+                                        "needs two layers or more")
+    big = ModelConfig(vocab_size=30, block_size=8, n_layer=28, n_head=16, n_embd=32)
+    assert composition.why_not(big) == ("this model has 96,768 pairs of heads in different layers, over the 20,000 "
+                                        "computed at once here (it would take minutes): use "
+                                        "gptviz.interp.composition.scores in a notebook")
+    assert composition.why_not(SHAPES["gpt2-like, 3 layers"]) == ""
+
+
+def test_the_strongest_pairs_are_ranked_ties_in_index_order_and_only_real_pairs():
+    """A score array of many equal values (as a head of zeros makes): the ranking keeps equal scores in the order of
+    their (earlier head, later head) index, returns 10 rows by default, and never a pair whose layers do not
+    compose, however many rows are asked for."""
+    L, H = 4, 8
+    s = np.zeros((L, H, L, H))
+    for l1 in range(L):
+        for l2 in range(l1 + 1, L):
+            s[l1, :, l2, :] = np.where(np.arange(H)[:, None] % 2 == 0, 0.5, 0.25) * np.ones((H, H))
+    rows = composition.strongest(s)
+    assert len(rows) == 10 and all(r["score"] == 0.5 for r in rows)
+    keys = [r["from"] + r["to"] for r in rows]
+    assert keys == sorted(keys)
+    everything = composition.strongest(s, top=10_000)
+    assert len(everything) == H * H * L * (L - 1) // 2 and all(r["from"][0] < r["to"][0] for r in everything)
+    ranked = [r["from"] + r["to"] for r in everything]
+    assert ranked[:len(ranked) // 2] == sorted(ranked[:len(ranked) // 2])  # the 0.5s in index order ...
+    assert ranked[len(ranked) // 2:] == sorted(ranked[len(ranked) // 2:])  # ... then the 0.25s
