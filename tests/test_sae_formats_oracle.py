@@ -121,23 +121,85 @@ def test_a_jumprelu_sae_round_trips_through_both_formats(tmp_path):
 
 
 @pytest.mark.parametrize("change, said", [
-    ({"architecture": "gated"}, "architecture='gated' is not one gptviz computes"),
-    ({"d_sae": 0}, "d_sae=0 must be a whole number from 1 to 65,536"),
-    ({"d_in": "12"}, "d_in='12' must be a whole number"),
-    ({"normalize_activations": "constant_norm_rescale"}, "normalize_activations='constant_norm_rescale'"),
-    ({"reshape_activations": "hook_z"}, "reshape_activations='hook_z'"),
-    ({"apply_b_dec_to_input": "yes"}, "apply_b_dec_to_input='yes' must be true or false"),
-    ({"metadata": {}}, "names no hook"),
-    ({"k": 0}, "a TopK SAE needs a whole k from 1 to d_sae=40, not 0"),
-    ({"k": True}, "a TopK SAE needs a whole k"),
-    ({"activation_fn_str": "tanh-relu", "architecture": "standard"}, "activation_fn_str='tanh-relu'"),
+    ({"architecture": "gated"},
+     "cfg.json: architecture='gated' is not one gptviz computes: choose one of standard, topk, jumprelu"),
+    ({"d_sae": 0}, "cfg.json: d_sae=0 must be a whole number from 1 to 65,536"),
+    ({"d_sae": 65_537}, "cfg.json: d_sae=65537 must be a whole number from 1 to 65,536"),
+    ({"d_in": "12"}, "cfg.json: d_in='12' must be a whole number from 1 to 65,536"),
+    ({"d_in": True}, "cfg.json: d_in=True must be a whole number from 1 to 65,536"),
+    ({"d_in": 65_537}, "cfg.json: d_in=65537 must be a whole number from 1 to 65,536"),
+    ({"normalize_activations": "constant_norm_rescale"},
+     "cfg.json: normalize_activations='constant_norm_rescale': gptviz reads SAEs whose input is used as it is "
+     "(\"none\"); fold the normalisation into the weights first"),
+    ({"reshape_activations": "hook_z"},
+     "cfg.json: reshape_activations='hook_z': gptviz reads SAEs on a hook's whole vector (\"none\"), not split into "
+     "heads"),
+    ({"apply_b_dec_to_input": "yes"}, "cfg.json: apply_b_dec_to_input='yes' must be true or false"),
+    ({"metadata": {}}, "cfg.json names no hook (metadata.hook_name or hook_name)"),
+    ({"metadata": {"hook_name": ""}}, "cfg.json names no hook (metadata.hook_name or hook_name)"),
+    ({"metadata": {"hook_name": "h" * 201}}, "cfg.json names no hook (metadata.hook_name or hook_name)"),
+    ({"k": 0}, "cfg.json: a TopK SAE needs a whole k from 1 to d_sae=40, not 0"),
+    ({"k": 41}, "cfg.json: a TopK SAE needs a whole k from 1 to d_sae=40, not 41"),
+    ({"k": True}, "cfg.json: a TopK SAE needs a whole k from 1 to d_sae=40, not True"),
+    ({"activation_fn_str": "tanh-relu", "architecture": "standard"},
+     "cfg.json: activation_fn_str='tanh-relu': gptviz computes a standard SAE's ReLU (or topk)"),
 ])
 def test_a_config_gptviz_cannot_compute_is_refused_naming_the_value(tmp_path, change, said):
     k = change.pop("k", 4)
     write_folder(tmp_path / "sae", "topk", k=k, **change)
     with pytest.raises(ValueError) as err:
         gptviz.load_sae(tmp_path / "sae")
-    assert said in str(err.value)
+    assert str(err.value) == said
+
+
+def test_the_limits_themselves_are_allowed(tmp_path):
+    """k = d_sae, a hook name of 200 characters, a cfg.json of exactly 65,536 bytes, the older top-level hook_name and
+    model_name, and a config without the optional keys (SAELens's defaults: standard, b_dec applied, no
+    normalisation)."""
+    write_folder(tmp_path / "a", "topk", k=N, metadata={"hook_name": "h" * 200, "model_name": "tiny"})
+    a = gptviz.load_sae(tmp_path / "a")
+    assert a.k == N and a.hook == "h" * 200 and a.meta["model"] == "tiny" and a.meta["format_read"] == "saelens"
+    write_folder(tmp_path / "b", "standard")
+    cfg = {"d_in": D, "d_sae": N, "hook_name": "blocks.0.hook_resid_post", "model_name": "m"}
+    text = json.dumps(cfg)
+    (tmp_path / "b" / CFG_NAME).write_text(text + " " * (65_536 - len(text)))
+    b = gptviz.load_sae(tmp_path / "b")
+    assert (b.kind, b.b_dec_in, b.hook, b.meta["model"]) == ("relu", True, "blocks.0.hook_resid_post", "m")
+    (tmp_path / "b" / CFG_NAME).write_text(text + " " * (65_537 - len(text)))
+    with pytest.raises(ValueError, match="^cfg.json is 65,537 bytes: a SAELens config is at most 65,536$"):
+        gptviz.load_sae(tmp_path / "b")
+
+
+def test_a_weights_file_over_the_limit_is_refused_unread(tmp_path, monkeypatch):
+    from gptviz.interp import sae_formats
+
+    write_folder(tmp_path / "a", "standard")
+    size = (tmp_path / "a" / WEIGHTS_NAME).stat().st_size
+    monkeypatch.setattr(sae_formats, "MAX_FILE_BYTES", size)
+    gptviz.load_sae(tmp_path / "a")  # exactly the limit: read
+    monkeypatch.setattr(sae_formats, "MAX_FILE_BYTES", size - 1)
+    with pytest.raises(ValueError, match=f"^sae_weights.safetensors is {size:,} bytes: an SAE file is at most "
+                                         f"{size - 1:,}$"):
+        gptviz.load_sae(tmp_path / "a")
+
+
+def test_the_config_written_names_each_architecture_and_the_hooks_layer(tmp_path):
+    from gptviz.interp.sae_formats import saelens_config
+
+    for arch in ("standard", "jumprelu"):
+        write_folder(tmp_path / arch, arch, b_dec_in=False)
+        sae = gptviz.load_sae(tmp_path / arch)
+        cfg = saelens_config(sae)
+        assert cfg == {"architecture": arch, "d_in": D, "d_sae": N, "dtype": "float32", "device": "cpu",
+                       "apply_b_dec_to_input": False, "normalize_activations": "none", "reshape_activations": "none",
+                       "metadata": {"model_name": "tiny", "hook_name": "blocks.1.hook_resid_pre", "hook_layer": 1}}
+        assert saelens_config(sae, "other")["metadata"]["model_name"] == "other"
+    sae.hook = "hook_embed"
+    assert saelens_config(sae)["metadata"]["hook_layer"] is None
+    sae.hook = "blocks.x.hook_resid_pre"
+    assert saelens_config(sae)["metadata"]["hook_layer"] is None
+    sae.hook = "blocks.12.attn.hook_z"
+    assert saelens_config(sae)["metadata"]["hook_layer"] == 12
 
 
 def test_a_folder_claiming_huge_tensors_is_refused_before_anything_is_allocated(tmp_path):

@@ -82,10 +82,12 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise ValueError(f"{CFG_NAME}: architecture={arch!r} is not one gptviz computes: choose one of "
                          f"{', '.join(ARCHITECTURES)}")
     d_in, d_sae = _whole(cfg, "d_in", 1, 65_536), _whole(cfg, "d_sae", 1, MAX_FEATURES)
-    for key, allowed in (("normalize_activations", ("none", None)), ("reshape_activations", ("none", None))):
-        if cfg.get(key) not in allowed:
-            raise ValueError(f"{CFG_NAME}: {key}={cfg.get(key)!r}: gptviz reads SAEs whose input is used as it is "
-                             "(\"none\"); fold the normalisation into the weights first")
+    if cfg.get("normalize_activations", "none") != "none":
+        raise ValueError(f"{CFG_NAME}: normalize_activations={cfg.get('normalize_activations')!r}: gptviz reads SAEs "
+                         "whose input is used as it is (\"none\"); fold the normalisation into the weights first")
+    if cfg.get("reshape_activations", "none") != "none":
+        raise ValueError(f"{CFG_NAME}: reshape_activations={cfg.get('reshape_activations')!r}: gptviz reads SAEs on a "
+                         "hook's whole vector (\"none\"), not split into heads")
     b_dec_in = cfg.get("apply_b_dec_to_input", True)
     if not isinstance(b_dec_in, bool):
         raise ValueError(f"{CFG_NAME}: apply_b_dec_to_input={b_dec_in!r} must be true or false")
