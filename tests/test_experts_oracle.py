@@ -415,3 +415,27 @@ def test_the_held_out_windows_are_64_evenly_spread_blocks_of_the_held_out_plays(
         gaps = np.diff(at)
         assert gaps.min() >= 1 and gaps.max() - gaps.min() <= 1, gaps  # evenly spread
 
+
+def test_expert_0_of_layer_0_can_be_switched_off_and_only_a_moe_layer_s_expert_with_the_config():
+    """The edges of the rule: layer 0 and expert 0 exist; the layer after the last, a dense layer of a model with
+    experts on some layers, and any expert without the model's config (no config: no expert) are refused by name."""
+    model = small_moe(moe_layers=[0])
+    idx, mask = rows_with_padding()
+    spec = {"experts_off": [[0, 0]]}
+    tr = trace(model, idx, attention_mask=mask, edits=edits.from_spec(spec, 2, 2, model.config))
+    x = torch.as_tensor(np.asarray(tr[act_name("out", 0, "ln2")]))
+    *_, y = oracle_moe(model.transformer.h[0].mlp, x, off=(0,))
+    assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("mlp_out", 0)])), y, atol=1e-5)
+    assert (np.asarray(tr[act_name("expert_weights", 0)])[..., 0] == 0).all()
+    other = small_moe(moe_layers=[1])
+    tr = trace(other, idx, attention_mask=mask, edits=edits.from_spec({"experts_off": [[1, 0]]}, 2, 2, other.config))
+    assert (np.asarray(tr[act_name("expert_weights", 1)])[..., 0] == 0).all()
+    every = small_moe().config  # experts on both layers: layer 2 is past the last
+    for layer, expert, cfg in [(2, 0, every), (1, 0, model.config), (0, 0, other.config), (0, 5, model.config),
+                               (0, 0, None)]:
+        with pytest.raises(ValueError) as err:
+            edits.from_spec({"experts_off": [[layer, expert]]}, 2, 2, cfg)
+        assert str(err.value) == f"there is no expert {expert} in layer {layer} of this model"
+    with pytest.raises(ValueError) as err:
+        edits.from_spec({"experts_off": [[0, 0]]}, 2, 2)
+    assert str(err.value) == "there is no expert 0 in layer 0 of this model"
