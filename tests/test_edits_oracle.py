@@ -64,6 +64,15 @@ def test_the_last_head_of_the_last_layer_is_accepted_and_only_its_weights_are_ze
     assert torch.equal(out["blocks.1.attn.hook_pattern"](t.clone()), want)
 
 
+def test_every_head_switched_off_in_one_layer_is_zeroed_not_only_the_first():
+    out = edits.from_spec({"heads_off": [[0, 2], [0, 0]]}, n_layer=1, n_head=3)
+    t = torch.arange(2 * 3 * 3 * 3, dtype=torch.float32).reshape(2, 3, 3, 3) + 1  # (batch, head, q, k), no zeros
+    want = t.clone()
+    want[:, 0] = 0
+    want[:, 2] = 0
+    assert torch.equal(out["blocks.0.attn.hook_pattern"](t.clone()), want)
+
+
 def test_set_items_write_their_values_at_their_index_and_several_go_to_one_step():
     spec = {"set": [{"name": "hook_embed", "index": [1, 2], "values": [9.0, 8.0, 7.0]},
                     {"name": "hook_embed", "index": ["0", 0, 1], "values": -5},

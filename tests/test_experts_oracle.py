@@ -12,7 +12,14 @@ import torch.nn.functional as F
 from lazy_import import lazy
 
 from gptviz import GPT, ModelConfig, trace
-from gptviz.interp.experts import expert_load, load_from_weights, top_routed
+from gptviz.interp.experts import (
+    expert_load,
+    held_out_windows,
+    load_from_weights,
+    moe_layers,
+    top_routed,
+    top_routed_windows,
+)
 from gptviz.model.checkpoint import load_checkpoint, save_checkpoint
 from gptviz.model.experts import load_balance_loss
 from gptviz.model.hook_names import act_name, act_names, mlp_steps, parse_act_name
@@ -304,3 +311,131 @@ def test_mixtures_at_the_edges_of_the_rules_are_accepted(kw):
     cfg = ModelConfig(**{**dict(vocab_size=40, n_layer=2, n_head=2, n_embd=16, n_expert=5, d_expert=8), **kw})
     assert [cfg.is_moe_layer(i) for i in range(2)] == ([False, False] if not cfg.n_expert else
                                                       [i in (cfg.moe_layers or (0, 1)) for i in range(2)])
+
+
+# --------------------------------------------------------------------------- the Experts page's readers, by hand
+def test_the_moe_layers_are_the_configs_and_a_dense_model_has_none():
+    """Only the layers ``moe_layers`` names have experts (a config with experts elsewhere has plain MLPs)."""
+    base = dict(vocab_size=40, n_layer=3, n_head=2, n_embd=16)
+    assert moe_layers(ModelConfig(**base, n_expert=5, d_expert=8, moe_layers=[1])) == [1]
+    assert moe_layers(ModelConfig(**base, n_expert=5, d_expert=8, moe_layers=[0, 2])) == [0, 2]
+    assert moe_layers(ModelConfig(**base, n_expert=5, d_expert=8)) == [0, 1, 2]
+    assert moe_layers(ModelConfig(**base)) == []
+
+
+def test_the_load_counts_one_choice_and_reads_a_0_1_mask_and_an_unmasked_batch():
+    """A single choice is the whole load; the page's padding mask may come as the batch's 0/1 attention mask; with
+    no mask every position counts, whatever the batch's shape (here T = 3 ≠ E = 4), counted here by hand."""
+    one = np.zeros((1, 1, 4))
+    one[0, 0, 2] = 0.8
+    assert load_from_weights(one).tolist() == [0.0, 0.0, 1.0, 0.0]
+    g = np.random.default_rng(5)
+    w = np.zeros((2, 3, 4))
+    for b in range(2):
+        for t in range(3):
+            w[b, t, g.choice(4, size=2, replace=False)] = g.random(2) + 0.1
+    counts = np.zeros(4)
+    for b in range(2):
+        for t in range(3):
+            counts += w[b, t] > 0
+    assert np.allclose(load_from_weights(w), counts / 12)
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])  # as ``attention_mask``: ints, 0 on padding
+    kept = np.zeros(4)
+    for b, t in [(0, 1), (0, 2), (1, 0), (1, 1)]:
+        kept += w[b, t] > 0
+    assert np.allclose(load_from_weights(w, mask), kept / 8)
+    assert np.allclose(load_from_weights(w, mask.numpy()), kept / 8)
+
+
+def test_top_routed_keeps_ten_by_default_only_chosen_positions_and_earlier_positions_first_on_ties():
+    """A top-1 router renormalised gives every chosen token the weight 1.0: the ties are listed by position."""
+    g = np.random.default_rng(1)
+    T, E = 40, 4
+    w = np.zeros((T, E))
+    w[np.arange(T), g.integers(0, E, T)] = 1.0
+    toks = [f"t{i}" for i in range(T)]
+    for e in range(E):
+        chosen_at = [t for t in range(T) if w[t, e] > 0]
+        want = [(t, f"t{t}", 1.0) for t in chosen_at[:10]]
+        assert top_routed(w, toks, e) == want, e
+        assert top_routed(w, toks, e, k=T) == [(t, f"t{t}", 1.0) for t in chosen_at], e
+    few = np.zeros((T, E))
+    few[[3, 7, 30], 1] = [0.2, 0.9, 0.2]
+    assert top_routed(few, toks, 1) == [(7, "t7", 0.9), (3, "t3", 0.2), (30, "t30", 0.2)]
+
+
+def test_top_routed_windows_lists_the_strongest_tokens_of_every_window_by_hand():
+    """(window, position, weight), strongest first, ties in reading order, only the tokens that chose the expert."""
+    g = np.random.default_rng(2)
+    N, T, E = 5, 12, 4
+    w = np.zeros((N, T, E))
+    for n in range(N):
+        for t in range(T):
+            w[n, t, g.choice(E, size=2, replace=False)] = g.choice([0.25, 0.5, 0.75])  # many ties
+    windows = g.integers(0, 40, (N, T))
+    for e in range(E):
+        hits = sorted(((-w[n, t, e], n, t) for n in range(N) for t in range(T) if w[n, t, e] > 0))
+        want = [(n, t, -v) for v, n, t in hits]
+        assert top_routed_windows(w, windows, e) == want[:10], e
+        assert top_routed_windows(w, windows, e, k=4) == want[:4], e
+        assert top_routed_windows(w, windows, e, k=N * T) == want, e
+        assert all(isinstance(n, int) and isinstance(t, int) and isinstance(v, float)
+                   for n, t, v in top_routed_windows(w, windows, e))
+    few = np.zeros((2, 3, 2))
+    few[1, 2, 0] = 0.3
+    assert top_routed_windows(few, np.zeros((2, 3), dtype=int), 0) == [(1, 2, 0.3)]
+    assert top_routed_windows(few, np.zeros((2, 3), dtype=int), 1) == []
+
+
+class _CharIds:
+    """A stand-in tokenizer: one id per character."""
+
+    def encode(self, text):
+        return [ord(c) % 97 for c in text]
+
+
+def test_the_held_out_windows_are_64_evenly_spread_blocks_of_the_held_out_plays():
+    from gptviz.text import corpus
+
+    ids = np.array([ord(c) % 97 for c in corpus.load("val")])
+    for bs, max_windows in [(64, None), (len(ids) // 10, 64), (256, 7)]:
+        n = len(ids) // bs
+        got = (held_out_windows(_CharIds(), bs) if max_windows is None else
+               held_out_windows(_CharIds(), bs, max_windows)).numpy()
+        want_n = min(n, 64 if max_windows is None else max_windows)
+        assert got.shape == (want_n, bs)
+        blocks = ids[:n * bs].reshape(n, bs)
+        at, j = [], 0
+        for row in got:  # each window is a block of the text, in order
+            while not np.array_equal(blocks[j], row):
+                j += 1
+            at.append(j)
+            j += 1
+        assert at[0] == 0 and at[-1] == n - 1
+        gaps = np.diff(at)
+        assert gaps.min() >= 1 and gaps.max() - gaps.min() <= 1, gaps  # evenly spread
+
+
+def test_expert_0_of_layer_0_can_be_switched_off_and_only_a_moe_layer_s_expert_with_the_config():
+    """The edges of the rule: layer 0 and expert 0 exist; the layer after the last, a dense layer of a model with
+    experts on some layers, and any expert without the model's config (no config: no expert) are refused by name."""
+    model = small_moe(moe_layers=[0])
+    idx, mask = rows_with_padding()
+    spec = {"experts_off": [[0, 0]]}
+    tr = trace(model, idx, attention_mask=mask, edits=edits.from_spec(spec, 2, 2, model.config))
+    x = torch.as_tensor(np.asarray(tr[act_name("out", 0, "ln2")]))
+    *_, y = oracle_moe(model.transformer.h[0].mlp, x, off=(0,))
+    assert torch.allclose(torch.as_tensor(np.asarray(tr[act_name("mlp_out", 0)])), y, atol=1e-5)
+    assert (np.asarray(tr[act_name("expert_weights", 0)])[..., 0] == 0).all()
+    other = small_moe(moe_layers=[1])
+    tr = trace(other, idx, attention_mask=mask, edits=edits.from_spec({"experts_off": [[1, 0]]}, 2, 2, other.config))
+    assert (np.asarray(tr[act_name("expert_weights", 1)])[..., 0] == 0).all()
+    every = small_moe().config  # experts on both layers: layer 2 is past the last
+    for layer, expert, cfg in [(2, 0, every), (1, 0, model.config), (0, 0, other.config), (0, 5, model.config),
+                               (0, 0, None)]:
+        with pytest.raises(ValueError) as err:
+            edits.from_spec({"experts_off": [[layer, expert]]}, 2, 2, cfg)
+        assert str(err.value) == f"there is no expert {expert} in layer {layer} of this model"
+    with pytest.raises(ValueError) as err:
+        edits.from_spec({"experts_off": [[0, 0]]}, 2, 2)
+    assert str(err.value) == "there is no expert 0 in layer 0 of this model"

@@ -69,6 +69,18 @@ def test_a_model_without_mlps_or_with_an_encoder_is_told_apart_from_one_with_neu
     assert neurons.why_no_neurons(TINY) is None
 
 
+def test_a_mixture_of_experts_is_told_it_has_no_neurons_every_token_passes_through():
+    """Word for word, for a config with experts (even one expert) and for a real MoE model's; a dense config and one
+    with no n_expert attribute have neurons."""
+    want = ("This model's MLPs are mixtures of experts: each hidden unit belongs to one expert, which runs only on the "
+            "tokens routed to it, so there is no neuron every token passes through. The Experts page shows where each "
+            "token goes and what each expert does.")
+    assert neurons.why_no_neurons(SimpleNamespace(n_expert=8)) == want
+    assert neurons.why_no_neurons(SimpleNamespace(n_expert=1, attn_only=False, n_enc_layer=-1)) == want
+    assert neurons.why_no_neurons(TINY.replace(n_expert=4, n_expert_active=2)) == want
+    assert neurons.why_no_neurons(SimpleNamespace(n_expert=0)) is None
+
+
 @pytest.mark.parametrize("fn", ["collect", "logit_effect", "compute"])
 def test_every_entry_point_refuses_an_attention_only_model_with_its_sentence(fn):
     model = GPT(ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, attn_only=True))

@@ -133,6 +133,22 @@ def test_raw_scores_come_from_the_last_recorded_queries_and_keys():
     assert e.value.args[0] == "layer 2's k was not recorded"
 
 
+def test_qk_norm_s_normalised_queries_and_keys_come_before_the_plain_ones_and_after_the_rotated():
+    """A model with QK-norm (Qwen3, OLMo 2) records ``q_normed`` and ``k_normed``; without rotary positions those are
+    what attend() multiplied (and repeated, for grouped-query attention)."""
+    q, k, nq, nk, rq, rk = (rnd(B, T, NH, HS) for _ in range(6))
+    note = OnDemand("scores_raw", 1, HS)
+    a = "blocks.1.attn."
+    normed = Stand({a + "hook_q": q, a + "hook_k": k, a + "hook_q_normed": nq, a + "hook_k_normed": nk})
+    assert torch.allclose(forward_value(normed, note), _scores_by_hand(nq, nk))
+    normed.acts.update({a + "hook_rot_q": rq, a + "hook_rot_k": rk})
+    assert torch.allclose(forward_value(normed, note), _scores_by_hand(rq, rk))
+    k2, nk2 = rnd(B, T, 2, HS), rnd(B, T, 2, HS)
+    gqa = Stand({a + "hook_k": k2, a + "hook_k_normed": nk2})
+    assert torch.equal(forward_value(gqa, OnDemand("k_rep", 1, HS, None, {"repeat": 2})),
+                       torch.stack([nk2[:, :, h // 2] for h in range(4)], dim=2))
+
+
 def test_scaled_and_masked_scores_and_the_numpy_kind():
     raw = rnd(B, NH, T, T)
     a = "blocks.1.attn."

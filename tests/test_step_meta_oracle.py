@@ -11,6 +11,7 @@ from gptviz.run.step_meta import StepMeta, split_name, step_meta
 
 # a decoder-only model with grouped-query attention: 6 query heads, 2 key/value heads of 4 dims (3 per group)
 GQA = ModelConfig(vocab_size=20, block_size=8, n_layer=2, n_head=6, n_kv_head=2, n_embd=24, d_head=4)
+GQA_QK = ModelConfig(vocab_size=20, block_size=8, n_layer=2, n_head=6, n_kv_head=2, n_embd=24, d_head=4, qk_norm=True)
 PLAIN = ModelConfig(vocab_size=20, block_size=8, n_layer=12, n_head=2, n_embd=8)
 SEQ2SEQ = ModelConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8, n_enc_layer=2)
 FIXED_ENC = ModelConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8, n_enc_layer=0)
@@ -42,6 +43,8 @@ EXPECTED = [
     (GQA, "blocks.1.attn.hook_k", ("attention", 1, BTHD, "signed", "decoder", 3, ())),
     (GQA, "blocks.1.attn.hook_v", ("attention", 1, BTHD, "signed", "decoder", 3, ())),
     (GQA, "blocks.0.attn.hook_rot_k", ("attention", 0, BTHD, "signed", "decoder", 3, ())),
+    (GQA_QK, "blocks.1.attn.hook_k_normed", ("attention", 1, BTHD, "signed", "decoder", 3, ())),  # QK-norm's keys
+    (GQA_QK, "blocks.1.attn.hook_q_normed", ("attention", 1, BTHD, "signed", "decoder", 1, ())),
     (GQA, "blocks.0.attn.hook_q", ("attention", 0, BTHD, "signed", "decoder", 1, ())),
     (GQA, "blocks.0.attn.hook_rot_q", ("attention", 0, BTHD, "signed", "decoder", 1, ())),
     (GQA, "blocks.0.attn.hook_k_rep", ("attention", 0, BTHD, "signed", "decoder", 1, ())),

@@ -172,3 +172,30 @@ def test_a_backward_trace_holds_no_autograd_graph():
     tensors = [tr._acts[n] for n in tr] + [g for g in tr.grads.values() if isinstance(g, torch.Tensor)]
     tensors += [v for v in tr.breakdown.values() if isinstance(v, torch.Tensor)]
     assert tensors and not [t for t in tensors if t.requires_grad or t.grad_fn is not None]
+
+
+def test_a_model_with_dropout_is_traced_as_it_runs_in_eval_mode():
+    """trace never trains: with dropout 0.5 its logits are a plain forward's in eval mode, whatever mode the model is
+    left in."""
+    model = GPT(ModelConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, n_embd=8, dropout=0.5, seed=0))
+    idx = torch.tensor([[1, 5, 2, 7, 3], [4, 4, 9, 0, 12]])
+    model.eval()
+    with torch.no_grad():
+        want = model(idx)[0]
+    model.train()
+    torch.manual_seed(0)
+    assert torch.equal(torch.as_tensor((trace(model, idx)["hook_logits"])), want)
+
+
+def test_a_slim_trace_divides_by_the_square_root_of_attn_scale_dim_where_the_config_sets_one():
+    """Gemma's query_pre_attn_scalar (attn_scale_dim 20, not d_head 4): the slim trace's worked-out scaled scores are
+    the raw ones over √20, as the full trace's."""
+    cfg = ModelConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, n_embd=8, attn_scale_dim=20.0, seed=2)
+    model = GPT(cfg).eval()
+    idx = torch.tensor([[1, 5, 2, 7, 3], [4, 4, 9, 0, 12]])
+    full, slim = trace(model, idx), trace(model, idx, slim=True)
+    for layer in range(2):
+        raw = torch.as_tensor((full[f"blocks.{layer}.attn.hook_scores_raw"]))
+        got = torch.as_tensor((slim[f"blocks.{layer}.attn.hook_scores_scaled"]))
+        assert torch.allclose(got, raw / 20.0 ** 0.5, atol=1e-6)
+        assert torch.equal(got, torch.as_tensor((full[f"blocks.{layer}.attn.hook_scores_scaled"])))
