@@ -4,7 +4,7 @@ import streamlit as st
 from gptviz.ui import page_setup
 from gptviz.ui.sections import backward as sec
 
-ctx = page_setup("Backward pass", ":material/undo:")
+ctx = page_setup("Backward pass", ":material/undo:", passes=3)  # a backward pass costs about two forward
 st.title("Backward pass")
 st.markdown("The loss is a single number. Backpropagation works out, for every number in every step, how much "
             "the loss would change if that number changed a little: **∂loss/∂x**. Gradients are signed, so "

@@ -237,22 +237,24 @@ def shape(n_layer, vocab, n_embd):
 
 def window_by_hand(cfg, T):
     """All T if (layers + 1) × vocab × width × T multiply-adds fit GPT-2 small's 13 × 128 × 50,257 × 768, else the
-    first of 128, 64, 32 that is shorter than T and fits, else 32 (or T if shorter)."""
+    first of 128, 64, 32, 16, 8 that is shorter than T and fits, else 8 (or T if shorter)."""
     cost = (cfg.n_layer + 1) * cfg.vocab_size * cfg.n_embd
     budget = 13 * 128 * 50257 * 768
     if T * cost <= budget:
         return T
-    for w in (128, 64, 32):
+    for w in (128, 64, 32, 16, 8):
         if w < T and w * cost <= budget:
             return w
-    return min(T, 32)
+    return min(T, 8)
 
 
 @pytest.mark.parametrize("cfg,T", [
     (shape(12, 50257, 768), 128), (shape(12, 50257, 768), 129),  # exactly the budget, one above
     (shape(25, 50257, 768), 64), (shape(25, 50257, 768), 65), (shape(25, 50257, 768), 200),  # half the budget
     (shape(51, 50257, 768), 33), (shape(51, 50257, 768), 500),  # a quarter
-    (shape(200, 50257, 4096), 1000), (shape(200, 50257, 4096), 20),  # not even 32 fits
+    (shape(200, 50257, 4096), 1000), (shape(200, 50257, 4096), 20),  # 16 fits, not 32
+    (shape(28, 151936, 1024), 128), (shape(28, 151936, 1024), 9),  # a Qwen3-0.6B shape: 8
+    (shape(2000, 50257, 4096), 1000),  # not even 8 fits
     (shape(1, 10, 8), 100_000),
 ])
 def test_lens_window_is_the_largest_that_fits_the_budget(cfg, T):
@@ -263,8 +265,10 @@ def test_lens_window_at_the_edges_of_each_window_size():
     """A model for which exactly 64 positions fit: 64 at T = 64 (all of it) and also above; 128 never fits."""
     cfg = shape(25, 50257, 768)  # 26/13 = twice GPT-2 small's cost per position
     assert [lens_window(cfg, T) for T in (10, 64, 65, 128, 129, 4096)] == [10, 64, 64, 64, 64, 64]
-    tiny = shape(200, 50257, 4096)  # 32 positions cost more than the budget: 32 all the same, or T if shorter
-    assert [lens_window(tiny, T) for T in (1, 31, 32, 33, 5000)] == [1, 31, 32, 32, 32]
+    tiny = shape(2000, 50257, 4096)  # 8 positions cost more than the budget: 8 all the same, or T if shorter
+    assert [lens_window(tiny, T) for T in (1, 7, 8, 9, 5000)] == [1, 7, 8, 8, 8]
+    qwen3 = shape(28, 151936, 1024)  # 29 × 151,936 × 1,024 a position: 14 positions fit (all of 9), else 8
+    assert [lens_window(qwen3, T) for T in (8, 9, 14, 15, 128)] == [8, 9, 14, 8, 8]
 
 
 def starts_by_hand(T, window):

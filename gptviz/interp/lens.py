@@ -106,12 +106,12 @@ class LensSummary:
 # read a window of positions at a time, so that one view never costs more than GPT-2 small's 13 points × 128
 # positions × 50,257 tokens × 768 (about 64 G multiply-adds).
 LENS_BUDGET_MACS = 13 * 128 * 50257 * 768
-LENS_WINDOWS = (128, 64, 32)
+LENS_WINDOWS = (128, 64, 32, 16, 8)  # a Qwen3-0.6B shape (29 points × 151,936 × 1,024 a position) reads 8
 
 
 def lens_window(cfg, T: int) -> int:
     """How many positions one view of the lens decodes: all T when that fits ``LENS_BUDGET_MACS``, else the largest
-    of 128, 64 or 32 that fits (32 at least)."""
+    of 128, 64, 32, 16 or 8 that fits (8 at least)."""
     per_position = (cfg.n_layer + 1) * cfg.vocab_size * cfg.n_embd
     if T * per_position <= LENS_BUDGET_MACS:
         return T

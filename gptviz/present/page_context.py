@@ -54,6 +54,7 @@ SLIM_TRACE_BYTES = 64_000_000
 # A Qwen3-0.6B shape costs 320 GFLOP at 256 tokens, and its plain forward pass alone takes 2.8-4.0 s there, so it
 # reads 128 (156 GFLOP). GPTVIZ_PAGE_GFLOP raises it on a faster server (bounded: 10 GFLOP to 10 TFLOP).
 PAGE_FLOPS = 160e9
+MIN_BUDGET_T = 32  # the arithmetic budget never cuts a line below this
 
 
 def page_flops() -> float:
@@ -73,13 +74,20 @@ def slim_view(cfg: ModelConfig, batch: int, seq_len: int) -> bool:
 
 def big_model_t(cfg: ModelConfig, passes: int = 1) -> int:
     """The most tokens a line of a big model is cut to: BIG_MODEL_T, halved until one line's trace fits the limit and
-    ``passes`` forward passes the arithmetic budget (``page_flops``; Compare models runs two models on the text), 64
-    at least, never more than block_size. Worked out from the config alone: nothing is allocated."""
+    ``passes`` forward passes the arithmetic budget (``page_flops``; Compare models runs two models on the text, the
+    Backward page a forward and a backward pass), never below 64 for memory or MIN_BUDGET_T for arithmetic, never
+    more than block_size. Worked out from the config alone: nothing is allocated."""
     T, budget = min(cfg.block_size, BIG_MODEL_T), page_flops()
-    while T > 64 and (cfg.trace_bytes(1, T, slim=slim_view(cfg, 1, T)) > MAX_TRACE_BYTES
-                      or passes * cfg.forward_flops(1, T) > budget):
+    while (T > 64 and cfg.trace_bytes(1, T, slim=slim_view(cfg, 1, T)) > MAX_TRACE_BYTES) or \
+            (T > MIN_BUDGET_T and passes * cfg.forward_flops(1, T) > budget):
         T //= 2
     return T
+
+
+# What a page's ``passes`` (its arithmetic in forward passes of the text) are, for the sentence saying why it reads
+# fewer tokens: Compare models runs two models; the Backward page's backward pass costs about two forward passes.
+PASSES_SAID = {2: "{p} passes over {n} tokens (one for each model)",
+               3: "the forward and backward passes over {n} tokens (about {p} forward passes)"}
 
 
 def why_cut(cfg: ModelConfig, T: int, passes: int = 1) -> str:
@@ -89,7 +97,7 @@ def why_cut(cfg: ModelConfig, T: int, passes: int = 1) -> str:
     if T < min(cfg.block_size, BIG_MODEL_T):
         if passes * cfg.forward_flops(1, longer) > page_flops():
             one = (f"one pass over {longer} tokens" if passes == 1
-                   else f"{passes} passes over {longer} tokens (one for each model)")
+                   else PASSES_SAID.get(passes, "{p} passes over {n} tokens").format(p=passes, n=longer))
             why = (f"because {one} would cost about {passes * cfg.forward_flops(1, longer) / 1e9:,.0f} "
                    f"GFLOP, over this server's budget of {page_flops() / 1e9:,.0f} GFLOP a text (a few seconds on "
                    "two cores), so that every page stays within about 3 s")
@@ -266,9 +274,11 @@ def encode_source(tok, cfg: ModelConfig, text: Optional[str], rows: int) -> tupl
     return out, [f"Source: {n}" for n in src.notices]
 
 
-def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
+def resolve(s: dict, store, passes: int = 1) -> tuple[Ctx, list[Notice]]:
     """The context a page shows for settings ``s`` (which this may correct in place: a checkpoint's
-    example text, a setting that had to fall back), and the notices to show about it."""
+    example text, a setting that had to fall back), and the notices to show about it. ``passes``: the page's
+    arithmetic in forward passes of its text (the Backward page's 3), which a big model's line is cut to fit
+    (``big_model_t``)."""
     notes: list[Notice] = list(s.pop(URL_NOTICES, None) or [])  # what was wrong with the link, shown once
     # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until unloaded
     preset = str(s.get("preset", ""))
@@ -339,9 +349,9 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
 
     # 3. batch: a big model reads fewer tokens, so that every page stays quick
     T = cfg.block_size
-    if cfg.num_params() > BIG_MODEL_PARAMS and T > big_model_t(cfg):
-        T = big_model_t(cfg)
-        notes.append(Notice("caption", why_cut(cfg, T)))
+    if cfg.num_params() > BIG_MODEL_PARAMS and T > big_model_t(cfg, passes):
+        T = big_model_t(cfg, passes)
+        notes.append(Notice("caption", why_cut(cfg, T, passes)))
     try:
         batch = encode_batch(tok, s["text"], T)
     except ValueError as exc:
@@ -368,7 +378,7 @@ def resolve(s: dict, store) -> tuple[Ctx, list[Notice]]:
     except ValueError as exc:
         notes.append(Notice("error", f"**This text is too long for this model:** {exc}. Showing the first line, cut "
                                      "to fit, instead."))
-        one = min(T, big_model_t(cfg))  # one line this long fits (64 tokens at least, as before)
+        one = min(T, big_model_t(cfg, passes))  # one line this long fits (64 tokens at least, as before)
         batch = encode_batch(tok, s["text"].splitlines()[0] if s["text"].strip() else DEFAULT_PROMPT, one)
 
     # 4b. a model with an encoder reads a source: the settings' "source", else the loaded model's example

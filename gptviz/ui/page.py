@@ -228,12 +228,14 @@ def show_notices(notes: list[Notice]) -> None:
             _SHOW[n.level](n.text, icon=n.icon)
 
 
-def page_setup(title: str, icon: str = ":material/search:") -> Ctx:
+def page_setup(title: str, icon: str = ":material/search:", passes: int = 1) -> Ctx:
+    """The page's configuration, its context (``passes``: its arithmetic in forward passes of the text, which a big
+    model's line is cut to fit: the Backward page's 3), the sidebar and the notices."""
     refreeze_after_imports()  # the last run's first-time imports (a model's first build: torch._dynamo) frozen too
     st.set_page_config(page_title=f"{title} · gptviz", page_icon=icon, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()
-    ctx, notes = resolve(s, resources)
+    ctx, notes = resolve(s, resources, passes)
     sidebar(s)
     show_notices(notes)
     let_go = st.session_state.pop(resources.LET_GO, None)

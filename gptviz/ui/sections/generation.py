@@ -15,6 +15,7 @@ from ...model.hook_names import act_name
 from ...present import figures, matrices, readouts
 from ...present.descriptions import step_info
 from ...present.markdown_text import plain_md
+from ...present.page_context import BIG_MODEL_PARAMS, big_model_t, why_cut
 from ...run.generation import generate as run_generate
 from ..widgets import plot
 from . import section
@@ -59,7 +60,11 @@ def _inputs(ctx, key: str, prompt: Optional[str], temperature: Optional[float], 
     if not ids:
         st.warning("The prompt has no tokens this tokenizer knows: type something else.")
     else:
-        out = Inputs(prompt, ids[-ctx.model.config.block_size:], float(temperature), int(top_k), float(top_p))
+        cap = ctx.model.config.block_size
+        if ctx.cfg.num_params() > BIG_MODEL_PARAMS and len(ids) > big_model_t(ctx.cfg):  # as every page reads it
+            cap = big_model_t(ctx.cfg)
+            st.caption(f"The prompt's last {cap} tokens are read. " + why_cut(ctx.cfg, cap))
+        out = Inputs(prompt, ids[-cap:], float(temperature), int(top_k), float(top_p))
     drawn[key] = out
     return out
 

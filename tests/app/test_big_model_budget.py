@@ -1,0 +1,36 @@
+"""A big model's pages on a server with a small arithmetic budget (GPTVIZ_PAGE_GFLOP=40): each page reads as many
+tokens as its own arithmetic allows and says why. GPT-2 small (124M) on a 156-token line: a pass over 128 tokens
+costs about 32 GFLOP, so the pages read 128; the Backward page's forward and backward passes cost about 3 forward
+passes, so it reads 32 (3 × 16 GFLOP at 64 is over 40); the Generation page's prompt is its last 128 tokens."""
+import numpy as np
+import pytest
+from apphelp import PAGES, array, chart, ok, page
+
+from gptviz.text.tokenizers import get_tokenizer
+
+TEXT = " ".join(["the cat sat on the mat and the dog ran to the hill"] * 12)
+
+
+@pytest.fixture(autouse=True)
+def small_budget(monkeypatch):
+    monkeypatch.setenv("GPTVIZ_PAGE_GFLOP", "40")
+    assert len(get_tokenizer("gpt2").encode(TEXT)) == 156
+
+
+def test_the_backward_page_counts_its_backward_pass():
+    at = ok(page("backward", preset="gpt2-small", tokenizer="gpt2", text=TEXT))
+    said = " ".join(c.value for c in at.caption)
+    assert ("each line is cut to 32 tokens because the forward and backward passes over 64 tokens (about 3 forward "
+            "passes) would cost about 48 GFLOP, over this server's budget of 40 GFLOP a text") in said
+    g = array(chart(at, "∂loss/∂ L0 attention weights")["data"][0]["z"]).astype(float)
+    assert g.shape[-2:] == (32, 32)
+    assert np.isfinite(g[np.tril(np.ones((32, 32), dtype=bool))]).all()
+
+
+def test_the_generation_page_reads_the_prompts_last_tokens_as_the_other_pages_do(monkeypatch):
+    monkeypatch.setitem(PAGES, "generation", "app_pages/generation.py")
+    at = page("generation", preset="gpt2-small", tokenizer="gpt2", text=TEXT)
+    assert not at.exception, [e.message for e in at.exception]
+    said = " ".join(c.value for c in at.caption)
+    assert "The prompt's last 128 tokens are read. This model has 124M parameters: each line is cut to 128 tokens " \
+           "because one pass over 256 tokens would cost about 66 GFLOP" in said
