@@ -228,8 +228,10 @@ def _shipped_config(name: str) -> dict:
 
 
 # Models built from a config, shared by every session, least recently used forgotten past this many bytes of
-# weights (a class's small models are kilobytes to megabytes; GPT-2 small's shape alone is 0.5 GB).
-MODEL_CACHE_BYTES = 2_000_000_000
+# weights (a class's small models are kilobytes to megabytes; GPT-2 small's shape alone is 0.5 GB). At least the
+# largest model gptviz opens (MAX_PARAMS float32 weights: 2.4 GB): a cache that cannot hold it stores nothing, and
+# Compare models rebuilt a Qwen3-0.6B shape's untrained twin on every text change (7 of its 9 s, bench 2026-11-27).
+MODEL_CACHE_BYTES = 3_000_000_000
 _MODELS = ByteLRU(MODEL_CACHE_BYTES, "models")
 
 

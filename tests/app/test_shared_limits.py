@@ -106,3 +106,18 @@ def test_a_sessions_trained_model_outlives_the_registry_forgetting_it():
     want = f"vocab_size = {mine.config.vocab_size}, set by the tokenizer · {mine.num_params():,} parameters"
     assert want in sidebar and mine.config.vocab_size == 10, sidebar[:8]  # the sort model, not the default
     assert resources.registered(key).model is mine  # registered again, the very same object
+
+
+def test_the_shared_caches_hold_the_largest_model_gptviz_opens():
+    """A byte-bounded cache stores nothing bigger than its budget (ByteLRU.put): the largest model allowed
+    (MAX_PARAMS float32 weights, 2.4 GB) must fit in both the models built from a shape and the registered ones,
+    or a 600M-parameter shape is rebuilt (or read from disk) on every rerun. Checked with a value of that size, as
+    the cache measures it."""
+    from gptviz.config import MAX_PARAMS
+    from gptviz.run.byte_cache import ByteLRU
+
+    for budget in (resources.MODEL_CACHE_BYTES, resources.MAX_REGISTERED_BYTES):
+        cache = ByteLRU(budget, "check", size_of=lambda v: v)
+        assert cache.put("largest", 4 * MAX_PARAMS) and cache.get("largest") == 4 * MAX_PARAMS
+        assert cache.put("small", 10_000_000)  # and a class's small model beside it
+        assert cache.keys() == ["largest", "small"]

@@ -51,6 +51,7 @@ QWEN3_CONFIG = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
 # (gptviz.present.page_context.PAGE_FLOPS). Each row checks the page says so and that every trace had T_OF positions.
 TYPED_OF = {"gpt2": T_LONG, "smol": T_LONG, "qwen3": 256}
 T_OF = {"gpt2": T_LONG, "smol": T_LONG, "qwen3": 128}
+T_BACKWARD_OF = {"gpt2": 128, "smol": 128, "qwen3": 32}  # big_model_t(cfg, passes=3): what the Backward page traces
 CUT_SAID = {"qwen3": "each line is cut to 128 tokens because one pass over 256 tokens would cost about 320 GFLOP"}
 SMOL_CONFIG = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                    num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True,
@@ -138,8 +139,9 @@ def expected(which: str, models_dir: Path) -> dict:
     from gptviz.present.page_context import big_model_t
 
     story, typed, T = STORY * 8, TYPED_OF[which], T_OF[which]
-    if big_model_t(cfg) != T:
-        raise BenchFailure(f"the app reads {big_model_t(cfg)} tokens of a line of {name}, not the {T} this row expects")
+    if big_model_t(cfg) != T or big_model_t(cfg, passes=3) != T_BACKWARD_OF[which]:
+        raise BenchFailure(f"the app reads {big_model_t(cfg)} tokens of a line of {name} ({big_model_t(cfg, passes=3)} "
+                           f"on Backward), not the {T} ({T_BACKWARD_OF[which]}) this bench expects")
     text_for = (lambda w: cut_to(tok, f"{w} {story}", typed))
     first = text_for("start")
     if len(first) > MAX_LINE_CHARS:
@@ -267,14 +269,16 @@ def bench_long_memory(which: str, models_dir: Path) -> list[dict]:
         load0 = _load()
         try:
             out = subprocess.run([sys.executable, "-c", _MEM_SCRIPT.format(root=str(ROOT), which=which, folder=folder,
-                                                                          T=T_OF[which], grads=grads)],
+                                                                          T=(T_BACKWARD_OF if grads else T_OF)[which],
+                                                                          grads=grads)],
                                  capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
             r = json.loads(out)
         except (subprocess.CalledProcessError, ValueError, IndexError) as exc:
             rows.append(failed(figure, name, f"{type(exc).__name__}: {exc}"[:300]))
             continue
         kept = mib(r["nbytes"])
-        rows.append(row(figure, f"{name} · {r['params']:,} params · T={T_OF[which]} · random ids · slim {r['slim']} · "
+        T = (T_BACKWARD_OF if grads else T_OF)[which]
+        rows.append(row(figure, f"{name} · {r['params']:,} params · T={T} · random ids · slim {r['slim']} · "
                                 f"layers kept: {r['layers']}",
                         f"cached {kept:.0f} MiB (estimate {mib(r['estimate']):.0f}) · peak while traced "
                         f"+{mib(r['peak'] - r['before']):.0f} MiB · {r['seconds']:.2f} s · load {load0} → {_load()}",
