@@ -236,3 +236,48 @@ def test_broken_files_are_refused_with_what_is_wrong(tmp_path):
     (tmp_path / "e").mkdir()
     with pytest.raises(ValueError, match="a folder without cfg.json and sae_weights.safetensors"):
         gptviz.load_sae(tmp_path / "e")
+
+
+def test_the_writer_and_the_readers_edges(tmp_path):
+    """What the mutation run of these functions found untested: a TopK SAE's k in its config, a model name given or
+    none, saving into a folder that does not exist yet (nested) and into one that does, the older JSON error's name,
+    a config that is not an object, a folder with weights and no config, the smallest whole sizes, a hook with no
+    layer, and a gptviz file's b_dec_in kept out of its metadata."""
+    from gptviz.interp.sae import SparseAutoencoder
+    from gptviz.interp.sae_formats import _layer, _whole, saelens_config
+
+    sae = SparseAutoencoder(D, N, "blocks.1.hook_resid_pre", "topk", 7)
+    assert saelens_config(sae)["k"] == 7 and saelens_config(sae)["metadata"]["model_name"] == ""
+    deep = tmp_path / "a" / "b" / "c"
+    save_saelens(sae, deep, model_name="named")
+    save_saelens(sae, deep, model_name="named")  # again, into the folder now there
+    cfg = json.loads((deep / CFG_NAME).read_text())
+    assert cfg["metadata"]["model_name"] == "named" and cfg["k"] == 7 and cfg["architecture"] == "topk"
+    assert sorted(safetensors.torch.load_file(str(deep / WEIGHTS_NAME))) == ["W_dec", "W_enc", "b_dec", "b_enc"]
+    assert gptviz.load_sae(deep).k == 7
+    write_folder(tmp_path / "j", "standard")
+    (tmp_path / "j" / CFG_NAME).write_text("{not json")
+    with pytest.raises(ValueError, match=r"^cfg.json is not readable JSON \(JSONDecodeError\)$"):
+        gptviz.load_sae(tmp_path / "j")
+    (tmp_path / "j" / CFG_NAME).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="^cfg.json must hold a JSON object$"):
+        gptviz.load_sae(tmp_path / "j")
+    (tmp_path / "j" / CFG_NAME).unlink()  # weights alone: not a SAELens folder
+    with pytest.raises(ValueError, match="^j is a folder without cfg.json and sae_weights.safetensors"):
+        gptviz.load_sae(tmp_path / "j")
+    assert _whole({"d": 1}, "d", 1, 5) == 1 and _whole({"d": 5}, "d", 1, 5) == 5
+    assert _layer("blocks.3") is None and _layer("blocks.3.hook_resid_post") == 3
+    f = SparseAutoencoder(D, N, "h", "relu", None, b_dec_in=False)
+    f.save(tmp_path / "f.safetensors", dtype=torch.float32)
+    back = gptviz.load_sae(tmp_path / "f.safetensors")
+    assert back.b_dec_in is False and "b_dec_in" not in back.meta
+
+
+def test_a_header_nested_too_deeply_is_refused_in_words(tmp_path):
+    from gptviz.interp.sae import SparseAutoencoder
+
+    sae = SparseAutoencoder(D, N, "h", "relu", None, meta={"deep": "x"})
+    sae.meta["deep"] = "[" * 100_000 + "]" * 100_000  # read back with json.loads: too deep
+    sae.save(tmp_path / "d.safetensors", dtype=torch.float32)
+    with pytest.raises(ValueError, match="^d.safetensors: the header's 'deep' is nested too deeply to read$"):
+        gptviz.load_sae(tmp_path / "d.safetensors")
