@@ -255,6 +255,8 @@ def test_the_writer_and_the_readers_edges(tmp_path):
     assert cfg["metadata"]["model_name"] == "named" and cfg["k"] == 7 and cfg["architecture"] == "topk"
     assert sorted(safetensors.torch.load_file(str(deep / WEIGHTS_NAME))) == ["W_dec", "W_enc", "b_dec", "b_enc"]
     assert gptviz.load_sae(deep).k == 7
+    save_saelens(sae, tmp_path / "unnamed")  # no model name given, and none in the SAE's metadata
+    assert json.loads((tmp_path / "unnamed" / CFG_NAME).read_text())["metadata"]["model_name"] == ""
     write_folder(tmp_path / "j", "standard")
     (tmp_path / "j" / CFG_NAME).write_text("{not json")
     with pytest.raises(ValueError, match=r"^cfg.json is not readable JSON \(JSONDecodeError\)$"):

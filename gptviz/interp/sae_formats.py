@@ -61,6 +61,11 @@ def _whole(cfg: dict, key: str, low: int, high: int) -> int:
     return v
 
 
+def _obj(v: Any) -> dict[str, Any]:
+    """``v`` if it is a JSON object, else an empty one."""
+    return v if isinstance(v, dict) else {}
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     """cfg.json read and checked (size, types, ranges, what gptviz computes): the SAE's kind, sizes and hook."""
     f = folder / CFG_NAME
@@ -91,14 +96,13 @@ def read_config(folder: Path) -> dict[str, Any]:
     b_dec_in = cfg.get("apply_b_dec_to_input", True)
     if not isinstance(b_dec_in, bool):
         raise ValueError(f"{CFG_NAME}: apply_b_dec_to_input={b_dec_in!r} must be true or false")
-    meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else \
-        cfg.get("meta") if isinstance(cfg.get("meta"), dict) else {}
+    meta = _obj(cfg.get("metadata")) if isinstance(cfg.get("metadata"), dict) else _obj(cfg.get("meta"))
     hook = meta.get("hook_name", cfg.get("hook_name"))
     if not isinstance(hook, str) or not 0 < len(hook) <= 200:
         raise ValueError(f"{CFG_NAME} names no hook (metadata.hook_name or hook_name)")
     k = None
     if arch == "topk":
-        kwargs = cfg.get("activation_fn_kwargs") if isinstance(cfg.get("activation_fn_kwargs"), dict) else {}
+        kwargs = _obj(cfg.get("activation_fn_kwargs"))
         k = cfg.get("k", kwargs.get("k"))
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d_sae:
             raise ValueError(f"{CFG_NAME}: a TopK SAE needs a whole k from 1 to d_sae={d_sae}, not {k!r}")
