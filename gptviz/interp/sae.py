@@ -180,8 +180,14 @@ def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
             except RecursionError:
                 raise ValueError(f"{p.name}: the header's {key!r} is nested too deeply to read") from None
     sae = SparseAutoencoder(d, n, hook, kind, k or None, meta, b_dec_in=header.get("b_dec_in", "1") != "0")
-    weights = safetensors.torch.load_file(str(p))
-    for name in want:
+    return fill_weights(sae, p, want)
+
+
+def fill_weights(sae: SparseAutoencoder, path: Path, names) -> SparseAutoencoder:
+    """``sae`` with the tensors ``names`` read from the safetensors file ``path`` (as float32; their shapes already
+    checked against the header), for use: no gradients, eval mode."""
+    weights = safetensors.torch.load_file(str(path))
+    for name in names:
         getattr(sae, name).data = weights[name].float()
     sae.requires_grad_(False)
     sae.eval()

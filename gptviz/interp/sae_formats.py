@@ -29,7 +29,7 @@ from typing import Any, Union
 import safetensors.torch
 import torch
 
-from .sae import MAX_FEATURES, MAX_FILE_BYTES, SparseAutoencoder
+from .sae import MAX_FEATURES, MAX_FILE_BYTES, SparseAutoencoder, fill_weights
 from .sae import load_sae as load_gptviz_sae
 
 CFG_NAME, WEIGHTS_NAME = "cfg.json", "sae_weights.safetensors"
@@ -142,12 +142,7 @@ def load_saelens(folder: Union[str, Path]) -> SparseAutoencoder:
     if c["model"]:
         meta["model"] = c["model"]
     sae = SparseAutoencoder(d, n, c["hook"], c["kind"], c["k"], meta, b_dec_in=c["b_dec_in"])
-    weights = safetensors.torch.load_file(str(wfile))
-    for name in want:
-        getattr(sae, name).data = weights[name].float()
-    sae.requires_grad_(False)
-    sae.eval()
-    return sae
+    return fill_weights(sae, wfile, want)
 
 
 def saelens_config(sae: SparseAutoencoder, model_name: str = "") -> dict[str, Any]:
