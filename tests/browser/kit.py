@@ -85,8 +85,30 @@ def browser():
 
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
+        yield SharedCache(b)
         b.close()
+
+
+class SharedCache:
+    """The browser, whose ``new_page`` opens pages in one shared context, so that a module's pages share the HTTP
+    cache (Streamlit's and plotly.js's bundles are fetched and compiled once, not once a page)."""
+
+    def __init__(self, browser):
+        self._browser = browser
+        self._context = None
+
+    def new_page(self, viewport=None, **kw):
+        if kw:
+            return self._browser.new_page(viewport=viewport, **kw)
+        if self._context is None:
+            self._context = self._browser.new_context()
+        page = self._context.new_page()
+        if viewport:
+            page.set_viewport_size(viewport)
+        return page
+
+    def __getattr__(self, name):
+        return getattr(self._browser, name)
 
 
 # The script's run is over and drawn: no "running" status widget, no element left stale from the last run, no
