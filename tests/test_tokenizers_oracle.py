@@ -390,3 +390,26 @@ def test_token_labels_read_split_characters_across_tokens_around_tokens_without_
     assert token_labels(tok, [0, 8, 1]) == ["注…", "<8>", "…注"]
     assert token_labels(tok, [5, 6]) == ["\\xff", "<6>"]  # a byte that starts no character: shown escaped
     assert token_labels(tok, [6, 0]) == ["<6>", "\\xe6"]  # a cut character at the end: its byte
+
+
+def test_a_model_vocabulary_past_the_tokenizer_is_labelled_unused_row_by_row_every_time():
+    """A page's labels for every id the model scores (PageContext.vocab_labels): the tokenizer's own, then
+    ``<unused N>`` for each padded row (Pythia pads 50,277 tokens to 50,304; a Qwen3-shaped model read with a small
+    tokenizer pads 150,000), the same on every call, and cut to the model's vocabulary when it is the smaller."""
+    from gptviz.config import preset
+    from gptviz.present.page_context import Ctx
+
+    tok = get_tokenizer("char-bpe", num_merges=20)
+
+    class Store:
+        def vocab_labels(self, t):
+            return [t.token_str(i) for i in range(t.vocab_size)]
+
+    V = tok.vocab_size
+    own = [tok.token_str(i) for i in range(V)]
+    for extra in (0, 1, 27, 5000):
+        ctx = Ctx(s={}, cfg=preset("default", vocab_size=V + extra), cfg_json="", tok=tok, batch=None, store=Store())
+        want = own + [f"<unused {i}>" for i in range(V, V + extra)]
+        assert ctx.vocab_labels() == want and ctx.vocab_labels() == want, extra
+    small = Ctx(s={}, cfg=preset("default", vocab_size=V - 3), cfg_json="", tok=tok, batch=None, store=Store())
+    assert small.vocab_labels() == own[:V - 3]

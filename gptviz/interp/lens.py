@@ -148,14 +148,18 @@ def lens_summary(trace, model: GPT, b: int = 0, k: int = 5, max_rows: int = 512,
     tgt = None if trace.targets is None else _t(trace.targets)[b, start:stop].long()
     tp, ti, tv = [], [], []
     for logits in parts:
-        probs = torch.softmax(logits.float(), dim=-1).view(-1, T, logits.shape[-1])  # (points, W, V)
+        # p = softmax(logits) read only where it is shown (the target, the top k) as exp(logit - logsumexp): the
+        # same numbers without a (points × W × V) array of probabilities (Qwen3-0.6B shape: 0.28 s of 0.65 s)
+        logits = logits.float().view(-1, T, logits.shape[-1])  # (points, W, V)
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (points, W, 1)
         if tgt is None:
-            tp.append(torch.full(probs.shape[:2], float("nan")))
+            tp.append(torch.full(logits.shape[:2], float("nan")))
         else:
-            p = probs.gather(-1, tgt.clamp(min=0)[None, :, None].expand(probs.shape[0], T, 1))[..., 0]
+            z = logits.gather(-1, tgt.clamp(min=0)[None, :, None].expand(logits.shape[0], T, 1))
+            p = (z - lse).exp()[..., 0]
             tp.append(torch.where(tgt >= 0, p, torch.full_like(p, float("nan"))))
-        v, i = probs.topk(k, dim=-1)
-        tv.append(v)
+        v, i = logits.topk(k, dim=-1)
+        tv.append((v - lse).exp())
         ti.append(i)
     return LensSummary(list(labels), torch.cat(tp).numpy(), torch.cat(ti).numpy(), torch.cat(tv).numpy(),
                        int(start))
@@ -304,15 +308,20 @@ def decompose(trace, model: GPT, tokens: Tokens = "target", at: Optional[tuple[i
         if cfg.pos_encoding in ("learned", "sinusoidal"):
             add(read("hook_pos_embed"))
         nh, hs = cfg.n_head, cfg.d_head
+        W_O = None  # one float64 buffer for every layer's W_O: a fresh 16 MB a layer cost more in page faults than the
+        # copy (Qwen3-0.6B shape: 0.2 s of a 0.35 s call)
         for l in range(L):
             attn = model.transformer.h[l].attn
             # GPT / encoder-decoder (gptviz.model.encoder_decoder)
             proj = attn.c_proj if hasattr(attn, "c_proj") else attn.o_proj
-            W_O = proj.weight.to(dt).view(C, nh, hs)  # column block h is head h's W_O
+            if W_O is None or W_O.shape != proj.weight.shape:
+                W_O = torch.empty(proj.weight.shape, dtype=dt)
+            W_O.copy_(proj.weight)  # (C, nh·hs): column block h is head h's W_O
             z = read(f"blocks.{l}.attn.hook_z").to(dt)  # (B, T, nh, hs)
-            e = torch.einsum("btc,cnh->btnh", d, W_O)  # d pulled back through each head's W_O
+            # plain matrix products (BLAS), not einsum: float64 einsum took 5x as long (Qwen3-0.6B shape, one position)
+            e = (d @ W_O).view(B, T, nh, hs)  # d pulled back through each head's W_O
             rows.extend((z * e).sum(-1).unbind(-1))  # (B, T) per head
-            stream = stream + torch.einsum("btnh,cnh->btc", z, W_O)
+            stream = stream + z.reshape(B, T, nh * hs) @ W_O.T
             if proj.bias is not None:
                 add(proj.bias)
             if getattr(cfg, "n_enc_layer", -1) >= 0:
