@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..run.generation import Distribution, distribution, next_token_logits
-from ..run.trace import Trace, trace
+from ..run.trace import Trace
 
 
 def _np(x) -> np.ndarray:
@@ -30,12 +30,6 @@ def target_table(tr: Trace, b: int, T: int) -> tuple[np.ndarray, np.ndarray, np.
     tp = _np(tr.breakdown["target_probs"])[b, :T]
     nll = _np(tr["hook_loss_per_token"])[b, :T]
     return np.where(valid, tp, np.nan), np.where(valid, nll, np.nan), y
-
-
-def prompt_trace(model, ids: Sequence[int]) -> Trace:
-    """The trace (numpy) of one sequence: the last ``block_size`` of ``ids``."""
-    ids = list(ids)[-model.config.block_size:]
-    return trace(model, torch.tensor([ids])).numpy()
 
 
 def next_distribution(model, ids: Sequence[int], temperature: float, top_k: Optional[int], top_p: Optional[float],

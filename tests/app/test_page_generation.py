@@ -1,5 +1,5 @@
 import numpy as np
-from apphelp import chart, ok, page
+from apphelp import chart, ok, page, titles
 
 
 def bars(at, title):
@@ -31,6 +31,43 @@ def _engine_run(temperature, greedy, seed, n=12):
 
 def _generate(at):
     return [b for b in at.button if b.label == "Generate"][0].click().run()
+
+
+def _engine_next(ids):
+    """The default model's next-token probabilities after ``ids``, in plain PyTorch (its forward pass, a softmax)."""
+    import torch
+
+    from gptviz import GPT, get_tokenizer, preset
+
+    tok = get_tokenizer("char-bpe", num_merges=20, lowercase=True)
+    model = GPT(preset("default", vocab_size=tok.vocab_size))
+    with torch.no_grad():
+        logits = model(torch.tensor([ids[-model.config.block_size:]]))[0][0, -1]
+    return torch.softmax(logits.double(), -1).numpy(), tok
+
+
+def test_the_distribution_is_the_models_own_after_the_last_prompt_token_before_and_after_generating():
+    """The first chart's bars (softmax(logits)) are the model's next-token probabilities after the prompt's last token,
+    computed here with a plain forward pass: each bar's token and height, and the heights are the 12 largest. After a
+    generation the pattern reads prompt + generated tokens, but the distribution stays the prompt's."""
+    from gptviz import get_tokenizer
+    from gptviz.text.batches import DEFAULT_PROMPT
+
+    ids = get_tokenizer("char-bpe", num_merges=20, lowercase=True).encode(DEFAULT_PROMPT.splitlines()[0])
+    p, tok = _engine_next(ids)
+    by_label = {tok.token_str(i): i for i in range(tok.vocab_size)}
+    at = ok(page("generation"))
+    for step in ("before", "after"):
+        spec = chart(at, "softmax(logits)")
+        labels, got = spec["layout"]["yaxis"]["ticktext"], np.asarray(spec["data"][0]["x"], dtype=float)
+        assert len(labels) == len(got) == 12, step
+        np.testing.assert_allclose(got, [p[by_label[t]] for t in labels], rtol=1e-5, atol=1e-8, err_msg=step)
+        np.testing.assert_allclose(np.sort(got)[::-1], np.sort(p)[::-1][:12], rtol=1e-5, atol=1e-8, err_msg=step)
+        if step == "before":
+            at = _generate(at)
+            assert at.session_state["gptviz.gen"]["tokens"]
+            at = ok(at.run())  # a rerun with the generated tokens in the session (the click's run drew them last)
+            assert "(prompt + generated)" in " ".join(t for t in titles(at))
 
 
 def test_generate_greedy_and_sampled():

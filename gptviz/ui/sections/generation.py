@@ -10,13 +10,17 @@ from typing import Optional
 
 import numpy as np
 import streamlit as st
+import torch
 
 from ...model.hook_names import act_name
 from ...present import figures, matrices, readouts
 from ...present.descriptions import step_info
 from ...present.markdown_text import plain_md
 from ...present.page_context import BIG_MODEL_PARAMS, big_model_t, why_cut
+from ...run import edits as edit_specs
+from ...run.generation import distribution as run_distribution
 from ...run.generation import generate as run_generate
+from .. import resources
 from ..widgets import plot
 from . import section
 
@@ -69,6 +73,13 @@ def _inputs(ctx, key: str, prompt: Optional[str], temperature: Optional[float], 
     return out
 
 
+def _prompt_trace(ctx, ids: list):
+    """The trace of one prompt (its last ``block_size`` tokens) on the model's own weights, from the app's trace cache:
+    the same prompt on the next rerun, or in another section, is not traced again."""
+    ids = tuple(int(i) for i in ids[-ctx.model.config.block_size:])
+    return resources.traced(ctx.cfg_json, ctx.model_key, (ids,), None, None, edit_specs.spec_key(None), False)
+
+
 def _generated(key: str, ids: list) -> Optional[dict]:
     g = st.session_state.get(f"gptviz.{key}")
     return g if g and g["ids"] == ids else None  # generated from another prompt: not this one's
@@ -84,7 +95,7 @@ def pattern(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature:
     vocab = ctx.vocab_labels()
     g = _generated(key, inp.ids)
     shown = (inp.ids + (g["tokens"] if g else []))[-ctx.model.config.block_size:]
-    tr = readouts.prompt_trace(ctx.model, shown)
+    tr = _prompt_trace(ctx, shown)
     L, H = ctx.layer, ctx.head or 0
     name = act_name("pattern", L)
     m = matrices.step_matrix(tr[name], step_info(tr, name), [vocab[i] for i in shown], 0, H,
@@ -104,7 +115,11 @@ def distribution(ctx, *, key: str = "gen", prompt: Optional[str] = None, tempera
     if inp is None:
         return False
     vocab = ctx.vocab_labels()
-    d, order = readouts.next_distribution(ctx.model, inp.ids, inp.temperature, inp.top_k, inp.top_p, SHOW)
+    # the distribution after the prompt is the last row of the prompt's own trace (which the pattern above read too:
+    # one forward pass a prompt, cached, not one more here)
+    logits = torch.from_numpy(np.array(_prompt_trace(ctx, inp.ids)[act_name("logits")][0, -1]))
+    d = run_distribution(logits, inp.temperature, inp.top_k or None, inp.top_p)
+    order = torch.argsort(d.raw, descending=True, stable=True)[:SHOW].tolist()
     labels = [vocab[i] for i in order]
     hl = highlight or {}
     mark = order.index(hl["token"]) if "token" in hl and hl["token"] in order else None
