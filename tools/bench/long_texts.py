@@ -142,7 +142,14 @@ def expected(which: str, models_dir: Path) -> dict:
     if big_model_t(cfg) != T or big_model_t(cfg, passes=3) != T_BACKWARD_OF[which]:
         raise BenchFailure(f"the app reads {big_model_t(cfg)} tokens of a line of {name} ({big_model_t(cfg, passes=3)} "
                            f"on Backward), not the {T} ({T_BACKWARD_OF[which]}) this bench expects")
-    text_for = (lambda w: cut_to(tok, f"{w} {story}", typed))
+    # A change of text changes both halves of the line: the fresh word starts it (every page reads a line's first T
+    # tokens) and comes again about 3/4 of the way in (the Generation page continues its prompt's last T tokens, which
+    # a change at the start alone would leave as they were: a cache hit, not a change)
+    head = cut_to(tok, story, typed * 3 // 4 - 8)
+
+    def text_for(w: str) -> str:
+        return cut_to(tok, f"{w} {head} {w} {story}", typed)
+
     first = text_for("start")
     if len(first) > MAX_LINE_CHARS:
         raise BenchFailure(f"{typed} tokens took {len(first)} characters, over the app's {MAX_LINE_CHARS:,} a line")
