@@ -283,3 +283,54 @@ def test_a_header_nested_too_deeply_is_refused_in_words(tmp_path):
     sae.save(tmp_path / "d.safetensors", dtype=torch.float32)
     with pytest.raises(ValueError, match="^d.safetensors: the header's 'deep' is nested too deeply to read$"):
         gptviz.load_sae(tmp_path / "d.safetensors")
+
+
+def test_the_readers_other_edges(tmp_path):
+    """k = 1, a hook name of one character, a model name that is not text (dropped), a standard SAE's k (None), the
+    hook and model under "meta" (the reader's third place, after "metadata" and the top level, also when "metadata"
+    is null), the folder's name as the SAE's source, and a damaged weights file named in the message."""
+    from gptviz.interp.sae_formats import read_config
+
+    w = write_folder(tmp_path / "k1", "topk", k=1)
+    one = gptviz.load_sae(tmp_path / "k1")
+    x = torch.randn(6, D, generator=torch.Generator().manual_seed(3))
+    assert one.k == 1 and one.meta["source"] == "k1" and one.meta["format_read"] == "saelens"
+    torch.testing.assert_close(one.encode(x).double(), saelens_encode(w, x.double(), "topk", True, k=1),
+                               rtol=1e-5, atol=1e-5)
+
+    write_folder(tmp_path / "h", "standard", metadata={"hook_name": "h", "model_name": 5})
+    h = gptviz.load_sae(tmp_path / "h")
+    assert h.hook == "h" and "model" not in h.meta and read_config(tmp_path / "h")["k"] is None
+
+    write_folder(tmp_path / "m", "standard", metadata=None,
+                 meta={"hook_name": "blocks.2.hook_resid_post", "model_name": "m2"})
+    m = read_config(tmp_path / "m")
+    assert (m["hook"], m["model"]) == ("blocks.2.hook_resid_post", "m2")
+
+    write_folder(tmp_path / "bad", "standard")
+    (tmp_path / "bad" / WEIGHTS_NAME).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(ValueError, match=r"^sae_weights\.safetensors is not a readable safetensors file \(.+\)$"):
+        gptviz.load_sae(tmp_path / "bad")
+
+
+def test_jumprelu_keeps_only_what_is_strictly_above_the_threshold(tmp_path):
+    """SAELens's JumpReLU is relu(pre) · (pre > threshold): a pre-activation exactly at its threshold gives 0. A
+    freshly made jumprelu SAE has thresholds 0, so it encodes as a ReLU SAE."""
+    from gptviz.interp.sae import SparseAutoencoder
+
+    thr = torch.tensor([0.5, 1.0, -1.0, 2.0])
+    folder = tmp_path / "j"
+    write_folder(folder, "jumprelu")
+    cfg = json.loads((folder / CFG_NAME).read_text())
+    cfg.update(d_in=3, d_sae=4, apply_b_dec_to_input=False)
+    (folder / CFG_NAME).write_text(json.dumps(cfg))
+    safetensors.torch.save_file({"W_enc": torch.zeros(3, 4), "b_enc": thr.clone(), "W_dec": torch.ones(4, 3),
+                                 "b_dec": torch.zeros(3), "threshold": thr.clone()}, str(folder / WEIGHTS_NAME))
+    sae = gptviz.load_sae(folder)
+    assert torch.equal(sae.encode(torch.randn(2, 3)), torch.zeros(2, 4))  # pre == threshold everywhere: all 0
+
+    fresh = SparseAutoencoder(D, N, "blocks.0.hook_resid_pre", "jumprelu")
+    relu = SparseAutoencoder(D, N, "blocks.0.hook_resid_pre", "relu")
+    relu.load_state_dict({k: v for k, v in fresh.state_dict().items() if k in relu.state_dict()})
+    x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(fresh.encode(x), relu.encode(x)) and fresh.threshold.shape == (N,)
