@@ -169,7 +169,7 @@ def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] |
     from streamlit import config
     from streamlit.testing.v1 import AppTest
 
-    from tools.bench.pages import TraceCounter, app_pages, check_page, page_query
+    from tools.bench.pages import TraceCounter, app_pages, check_page, page_query, type_text
 
     config.set_option("client.showErrorDetails", "full")
     try:
@@ -200,7 +200,7 @@ def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] |
                 check_page(at, exp, "second run")
                 times, cpu, misses = [], [], 0
                 for i in range(reps):
-                    at.text_area(key="w.text").input(exp["text_for"](fresh_words()))
+                    type_text(at, exp["text_for"](fresh_words()))
                     n0 = len(counter.calls)
                     t, c = time.perf_counter(), time.process_time()
                     at.run()

@@ -97,12 +97,22 @@ def _view_change(at, i: int) -> None:
     at.checkbox(key="w.show_values").set_value(i % 2 == 0)
 
 
+def type_text(at, text: str) -> None:
+    """A student's new text: the sidebar's, and on the Generation page its prompt too (a widget of the page's own,
+    which starts as the text's first line and then keeps what was typed in it, so a sidebar change alone leaves the
+    prompt, and the page's work, as they were)."""
+    at.text_area(key="w.text").input(text)
+    for box in at.text_input:
+        if box.key == "gen.prompt":
+            box.input(text.splitlines()[0] if text.strip() else text)
+
+
 def _text_change(at, shape: str, exp: dict) -> None:
     w = fresh_words()
     if "text_for" in exp:  # a text of exactly the row's T tokens
-        at.text_area(key="w.text").input(exp["text_for"](w))
+        type_text(at, exp["text_for"](w))
     else:
-        at.text_area(key="w.text").input(f"{w} {LONG_TEXT}" if shape != "default" else f"the {w} sat on the mat.")
+        type_text(at, f"{w} {LONG_TEXT}" if shape != "default" else f"the {w} sat on the mat.")
 
 
 def _empty_script_ms(AppTest, reps: int) -> tuple[float, int]:
