@@ -22,6 +22,7 @@ from ..model.build import build_model
 from ..model.gpt import GPT
 from ..paths import CHECKPOINTS
 from ..present.page_context import Entry, trace_for_view
+from ..run import edits as edit_specs
 from ..run.byte_cache import ByteLRU, nbytes
 from ..run.slots import BIG_LOAD
 from ..run.trace import Trace
@@ -288,6 +289,12 @@ def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple]
     fn = _traced_big if big else _traced_small
     # read-only: a trace is one object shared by every session that asks for it
     return fn(cfg_json, model_key, x, y, mask, edits_key, grads, src, src_mask, grad_layer)
+
+
+def traced_prompt(cfg_json: str, model_key: Optional[str], ids) -> Trace:
+    """The cached trace of one prompt (a single row, no targets) on the model's own weights, without edits: what
+    Generation and activation patching read."""
+    return traced(cfg_json, model_key, (tuple(int(i) for i in ids),), None, None, edit_specs.spec_key(None), False)
 
 
 def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tuple[tuple, tuple]:

@@ -17,7 +17,6 @@ from ...present import figures, matrices, readouts
 from ...present.descriptions import step_info
 from ...present.markdown_text import plain_md
 from ...present.page_context import BIG_MODEL_PARAMS, big_model_t, why_cut
-from ...run import edits as edit_specs
 from ...run.generation import distribution as run_distribution
 from ...run.generation import generate as run_generate
 from .. import resources
@@ -76,8 +75,7 @@ def _inputs(ctx, key: str, prompt: Optional[str], temperature: Optional[float], 
 def _prompt_trace(ctx, ids: list):
     """The trace of one prompt (its last ``block_size`` tokens) on the model's own weights, from the app's trace cache:
     the same prompt on the next rerun, or in another section, is not traced again."""
-    ids = tuple(int(i) for i in ids[-ctx.model.config.block_size:])
-    return resources.traced(ctx.cfg_json, ctx.model_key, (ids,), None, None, edit_specs.spec_key(None), False)
+    return resources.traced_prompt(ctx.cfg_json, ctx.model_key, ids[-ctx.model.config.block_size:])
 
 
 def _generated(key: str, ids: list) -> Optional[dict]:

@@ -54,8 +54,7 @@ def _patch(cfg_json: str, model_key: Optional[str], clean: tuple, corrupt: tuple
 
 
 def _prompt_logits(ctx, ids: list[int]) -> np.ndarray:
-    tr = resources.traced(ctx.cfg_json, ctx.model_key, (tuple(ids),), None, None, edit_specs.spec_key(None), False)
-    return np.asarray(tr[act_name("logits")])
+    return np.asarray(resources.traced_prompt(ctx.cfg_json, ctx.model_key, ids)[act_name("logits")])
 
 
 # --------------------------------------------------------------------------- small helpers
