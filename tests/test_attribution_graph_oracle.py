@@ -1,0 +1,164 @@
+"""The attribution graph (gptviz/interp/attribution_graph.py) against autograd through the model itself: the
+prompt is run again with every attention pattern and norm divisor replaced by its recorded value (detached), each
+MLP's output replaced by its recorded value plus a zero leaf, and the token embeddings likewise; the gradient of each
+target with respect to those leaves, dotted with each source's vector, is the edge circuit-tracer defines. Nothing
+here goes through ``replacement.read_back``."""
+import pytest
+import torch
+
+from gptviz.interp.attribution_graph import AttributionGraph, attribute, salient_logits
+from gptviz.interp.transcoder import Transcoder, input_hook, output_hook
+from gptviz.model.checkpoint import load_checkpoint
+from gptviz.paths import CHECKPOINTS
+from gptviz.run.trace import trace
+
+
+@pytest.fixture(scope="module")
+def shakespeare():
+    return load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+
+
+def toy_transcoder(model, cross, F=16, k=4, seed=0):
+    c = model.config
+    tc = Transcoder(c.n_layer, c.n_embd, F, k, cross)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in range(c.n_layer):
+            tc.W_enc[layer].copy_(torch.randn(c.n_embd, F, generator=g) * 0.3)
+            tc.b_enc[layer].copy_(torch.randn(F, generator=g) * 0.2)
+            tc.W_dec[layer].copy_(torch.randn(tc.W_dec[layer].shape, generator=g) * 0.2)
+            tc.b_dec[layer].copy_(torch.randn(c.n_embd, generator=g) * 0.1)
+    return tc.requires_grad_(False)
+
+
+class Oracle:
+    """Gradients of a target's quantity with respect to what each layer's MLP writes and to the token embeddings,
+    by autograd through ``model.run`` with patterns and norm divisors frozen."""
+
+    def __init__(self, model, tc, ids):
+        self.model, self.tc = model, tc
+        self.x = torch.tensor([ids])
+        self.tr = trace(self.model, self.x)
+        L = model.config.n_layer
+        self.feats = [tc.encode(layer, self.tr[input_hook(layer)][0]) for layer in range(L)]
+        self.errors = [self.tr[output_hook(m)][0] - tc.decode(m, self.feats) for m in range(L)]
+
+    def grads(self, quantity):
+        L = self.model.config.n_layer
+        T, d = self.x.shape[1], self.model.config.n_embd
+        inj = [torch.zeros(1, T, d, requires_grad=True) for _ in range(L + 1)]  # [embed, mlp 0, ..., mlp L-1]
+        seen = {}
+
+        def rec(name, t):
+            if name == "hook_embed":
+                t = self.tr[name].detach() + inj[0]
+            elif name.endswith("hook_scale") or name.endswith("hook_pattern"):
+                t = self.tr[name].detach()
+            elif name in {output_hook(m) for m in range(L)}:
+                t = self.tr[name].detach() + inj[int(name.split(".")[1]) + 1]
+            seen[name] = t
+            return t
+
+        with torch.enable_grad():
+            self.model.run(self.x, rec=rec)
+            q = quantity(seen)
+            got = torch.autograd.grad(q, inj, allow_unused=True)
+        return [torch.zeros(T, d) if g is None else g[0] for g in got]
+
+    def row(self, graph: AttributionGraph, quantity, target_layer):
+        """The row of one target over the graph's columns, from autograd."""
+        g = self.grads(quantity)
+        row = torch.zeros(graph.n_nodes)
+        T, L = graph.n_pos, graph.n_layer
+        for i in range(graph.n_features):
+            _, ls, ps, fs, a = graph.node(i)
+            reach = range(ls, L) if self.tc.cross_layer else [ls]
+            row[i] = sum(float(a * self.tc.W_dec[ls][fs, m - ls] @ g[m + 1][ps]) for m in reach if m < target_layer)
+        for m in range(L):
+            for p in range(T):
+                row[graph.error_index(m, p)] = float(self.errors[m][p] @ g[m + 1][p]) if m < target_layer else 0.0
+        for p in range(T):
+            row[graph.token_index(p)] = float(self.tr["hook_embed"][0, p] @ g[0][p])
+        return row
+
+
+def feature_quantity(tc, layer, pos, feat):
+    return lambda seen: seen[input_hook(layer)][0, pos] @ tc.W_enc[layer][:, feat]
+
+
+def logit_quantity(model, token):
+    W_U = model.lm_head.weight.detach()
+    return lambda seen: seen["ln_final.hook_out"][0, -1] @ (W_U[token] - W_U.mean(0))
+
+
+PROMPT = "ROMEO: But soft, what light"
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["per-layer", "cross-layer"])
+def test_every_logit_row_and_feature_rows_in_every_layer_equal_autograd(shakespeare, cross):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:12]
+    tc = toy_transcoder(model, cross)
+    graph = attribute(model, tc, ids)
+    oracle = Oracle(model, tc, ids)
+    L = model.config.n_layer
+    assert graph.n_features == sum(int((f != 0).sum()) for f in oracle.feats) > 0
+    for k in range(graph.logit_ids.numel()):
+        want = oracle.row(graph, logit_quantity(model, int(graph.logit_ids[k])), L)
+        torch.testing.assert_close(graph.adjacency[graph.logit_index(k)], want, atol=2e-4, rtol=1e-3)
+    picked = []
+    for layer in range(1, L):  # the last feature at two positions of every layer that has sources below it
+        rows = [i for i in range(graph.n_features) if graph.node(i)[1] == layer]
+        picked += [rows[len(rows) // 3], rows[-1]]
+    for i in picked:
+        _, layer, pos, feat, _ = graph.node(i)
+        want = oracle.row(graph, feature_quantity(tc, layer, pos, feat), layer)
+        assert float(want.abs().max()) > 1e-3
+        torch.testing.assert_close(graph.adjacency[i], want, atol=2e-4, rtol=1e-3)
+    # layer-0 features read only tokens: no error or feature edges into them, and token rows are empty
+    first = [i for i in range(graph.n_features) if graph.node(i)[1] == 0]
+    assert float(graph.adjacency[first][:, :graph.token_index(0)].abs().max()) == 0
+    assert float(graph.adjacency[graph.token_index(0):graph.logit_index(0)].abs().max()) == 0
+
+
+def test_rows_computed_in_many_small_batches_are_the_same(shakespeare):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:10]
+    tc = toy_transcoder(model, True, seed=1)
+    one = attribute(model, tc, ids)
+    many = attribute(model, tc, ids, batch_size=7)
+    torch.testing.assert_close(many.adjacency, one.adjacency, atol=1e-6, rtol=1e-5)
+
+
+def test_salient_logits_keep_the_smallest_prefix_reaching_the_probability():
+    logits = torch.log(torch.tensor([0.05, 0.5, 0.3, 0.1, 0.05]))
+    ids, probs = salient_logits(logits, max_n_logits=10, desired_logit_prob=0.85)
+    assert ids.tolist() == [1, 2, 3] and probs.tolist() == pytest.approx([0.5, 0.3, 0.1], rel=1e-5)
+    ids, _ = salient_logits(logits, max_n_logits=10, desired_logit_prob=0.8)
+    assert ids.tolist() == [1, 2]  # 0.5 + 0.3 reaches 0.8 exactly
+    ids, _ = salient_logits(logits, max_n_logits=2, desired_logit_prob=0.99)
+    assert ids.tolist() == [1, 2]  # capped
+
+
+def test_chosen_targets_and_a_feature_budget(shakespeare):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:10]
+    tc = toy_transcoder(model, True, seed=2)
+    full = attribute(model, tc, ids, logit_ids=[5, 17])
+    assert full.logit_ids.tolist() == [5, 17]
+    probs = torch.softmax(trace(model, torch.tensor([ids])).logits[0, -1].double(), -1)
+    assert full.logit_probs.tolist() == pytest.approx(probs[[5, 17]].tolist(), rel=1e-5)
+    budget = full.meta["n_active"] // 3
+    part = attribute(model, tc, ids, logit_ids=[5, 17], max_feature_nodes=budget, batch_size=8, update_interval=2)
+    assert part.n_features == budget
+    # the kept nodes' edges are the full graph's: the rows and columns of the chosen features, errors, tokens, logits
+    keep = torch.cat([part.selected, torch.arange(full.n_features, full.n_nodes)])
+    torch.testing.assert_close(part.adjacency, full.adjacency[keep][:, keep], atol=1e-4, rtol=1e-4)
+    # the first round (2 x 8 features) is the 16 with the most influence estimated from the logit rows alone
+    logit_rows = full.adjacency[full.logit_index(0):]
+    norm = logit_rows.abs() / logit_rows.abs().sum(1, keepdim=True).clamp(min=1e-8)
+    first_estimate = (full.logit_probs @ norm)[:full.n_features]
+    first = set(first_estimate.topk(16).indices.tolist())
+    assert first <= set(part.selected.tolist())
+    with pytest.raises(ValueError, match="target logits must be token ids"):
+        attribute(model, tc, ids, logit_ids=[340])
