@@ -127,7 +127,7 @@ def test_rows_computed_in_many_small_batches_are_the_same(shakespeare):
     tc = toy_transcoder(model, True, seed=1)
     one = attribute(model, tc, ids)
     many = attribute(model, tc, ids, batch_size=7)
-    torch.testing.assert_close(many.adjacency, one.adjacency, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(many.adjacency, one.adjacency, atol=1e-5, rtol=1e-4)
 
 
 def test_salient_logits_keep_the_smallest_prefix_reaching_the_probability():

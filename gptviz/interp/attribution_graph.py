@@ -107,13 +107,13 @@ class _Sources:
 
     def __init__(self, frozen: Frozen, tc: Transcoder):
         T = frozen.ids.numel()
-        rows = []
+        rows, values = [], []
         for layer, f in enumerate(frozen.features):
             pos, feat = (f != 0).nonzero(as_tuple=True)
             rows.append(torch.stack([torch.full_like(pos, layer), pos, feat], 1))
+            values.append(f[pos, feat])
         self.table = torch.cat(rows) if rows else torch.zeros(0, 3, dtype=torch.long)  # (layer, pos, feat) sorted
-        self.acts = torch.stack([frozen.features[int(r[0])][int(r[1]), int(r[2])] for r in self.table]) \
-            if self.table.numel() else torch.zeros(0)
+        self.acts = torch.cat(values) if values else torch.zeros(0)
         self.by_layer = []  # per source layer: (columns (T, kmax), activations (T, kmax), features (T, kmax))
         start = 0
         for layer in range(tc.n_layer):

@@ -81,10 +81,12 @@ def freeze(model, tc: Transcoder, ids) -> Frozen:
 
 @dataclass
 class Weights:
-    """The weights the read-back needs, in float32: each head's OV circuit in two halves, each norm's gain."""
-    W_V: torch.Tensor  # (L, H, d, d_head)
-    W_O: torch.Tensor  # (L, H, d_head, d)
-    ln1: torch.Tensor  # (L, d): the gain of the norm before attention
+    """The weights the read-back needs, in float32, arranged for it: each layer's attention as two
+    (d, n_head * d_head) matrices, and each norm's gain."""
+    W_O_T: torch.Tensor  # (L, d, H * d_head): every head's W_O, transposed and side by side
+    W_V_in: torch.Tensor  # (L, d, H * d_head): every head's W_V with the gain of the norm before attention (and,
+    # for LayerNorm, its mean removal) folded in: P diag(w) W_V
+    n_head: int
     ln2: torch.Tensor  # (L, d): the gain of the norm before the MLP
     ln_final: torch.Tensor  # (d,)
 
@@ -92,8 +94,14 @@ class Weights:
 def weights_of(model) -> Weights:
     hw = head_weights(model)
     blocks = model.transformer.h
-    return Weights(W_V=hw["W_V"].float(), W_O=hw["W_O"].float(),
-                   ln1=torch.stack([b.ln_1.weight.detach().float() for b in blocks]),
+    L, H, d, dh = hw["W_V"].shape
+    W_V = hw["W_V"].permute(0, 2, 1, 3).reshape(L, d, H * dh)  # (L, d, H*dh): row i: input dim i into each head
+    gains = torch.stack([b.ln_1.weight.detach().double() for b in blocks])  # (L, d)
+    W_V_in = W_V * gains.unsqueeze(-1)
+    if model.config.norm == "layernorm":
+        W_V_in = W_V_in - W_V_in.mean(1, keepdim=True)
+    return Weights(W_O_T=hw["W_O"].reshape(L, H * dh, d).transpose(1, 2).float().contiguous(),
+                   W_V_in=W_V_in.float().contiguous(), n_head=H,
                    ln2=torch.stack([b.ln_2.weight.detach().float() for b in blocks]),
                    ln_final=model.transformer.ln_f.weight.detach().float())
 
@@ -140,10 +148,12 @@ def read_back(frozen: Frozen, w: Weights, layer: int, seeds: torch.Tensor, posit
 
 def _attention_back(frozen: Frozen, w: Weights, j: int, g: torch.Tensor) -> torch.Tensor:
     """The gradient ``g`` (n, T, d) at attention j's output, carried back to its input (resid_pre_j) through each
-    head's OV circuit with the pattern frozen and the norm before it frozen (first T positions only)."""
+    head's OV circuit with the pattern frozen and the norm before it frozen (first T positions only): into each
+    head's z (through W_O), back along the pattern from queries to keys, through W_V and the norm."""
     n, T, d = g.shape
-    H, dh = w.W_O.shape[1], w.W_O.shape[2]
-    gz = (g @ w.W_O[j].reshape(H * dh, d).T).view(n, T, H, dh).transpose(1, 2)  # (n, H, T, d_head): into each z
-    gv = frozen.pattern[j][:, :T, :T].transpose(-1, -2) @ gz  # (n, H, T, d_head): into each head's values
-    gx = gv.transpose(1, 2).reshape(n, T, H * dh) @ w.W_V[j].permute(1, 0, 2).reshape(d, H * dh).T  # (n, T, d)
-    return norm_back(gx, w.ln1[j], frozen.attn_scale[j][:T], frozen.layernorm)
+    H = w.n_head
+    dh = w.W_O_T.shape[-1] // H
+    gz = (g @ w.W_O_T[j]).view(n, T, H, dh).permute(2, 1, 0, 3).reshape(H, T, n * dh)  # (H, T, n*dh)
+    gv = torch.bmm(frozen.pattern[j][:, :T, :T].transpose(-1, -2).contiguous(), gz)  # (H, T(keys), n*dh)
+    gv = gv.view(H, T, n, dh).permute(2, 1, 0, 3).reshape(n, T, H * dh)
+    return (gv @ w.W_V_in[j].T) / frozen.attn_scale[j][:T]
