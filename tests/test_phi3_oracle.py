@@ -189,6 +189,14 @@ def test_the_keys_a_phi3_config_leaves_out_take_phi3configs_defaults(tmp_path):
         (2, "silu", "default", False, False)
 
 
+def test_the_layer_count_the_initialiser_and_a_window_longer_than_any_text_are_read(tmp_path):
+    """A Phi-3 config with three layers, its own initializer_range (used when the page draws fresh weights of the
+    folder's shape) and a sliding window past 600M positions (no cap: a window longer than the text is no band)."""
+    cfg = opened(tmp_path, {**PHI3, "num_hidden_layers": 3, "initializer_range": 0.05, "sliding_window": 2 ** 31})
+    assert (cfg.n_layer, cfg.init_std, cfg.sliding_window) == (3, 0.05, 2 ** 31)
+    assert opened(tmp_path, PHI3).init_std == transformers.Phi3Config().initializer_range
+
+
 def test_su_and_yarn_are_read_as_longrope_as_phi3config_reads_them(tmp_path):
     """The oldest Phi-3 128k configs said "su" (and transformers reads "yarn" as longrope for Phi-3 too)."""
     for old in ("su", "yarn"):
