@@ -284,3 +284,20 @@ def test_the_evaluation_equals_its_definitions_on_held_out_windows(shakespeare):
     clean = F.cross_entropy(plain_forward(model, x).reshape(-1, logits.shape[-1]), y.reshape(-1))
     assert fig["loss_per_token"] == pytest.approx(float(clean), rel=1e-5)
     assert fig["tokens"] == y.numel() and fig["windows"] == 3
+
+
+def test_snippets_round_trip_per_layer_and_a_missing_layer_is_refused(tmp_path, monkeypatch):
+    per_layer = [{"ids": torch.full((4, 2, 3), layer, dtype=torch.int32), "peak": torch.rand(4, 2)}
+                 for layer in range(3)]
+    tc_mod.save_snippets(tmp_path / "s.safetensors", per_layer, {"model": "toy", "plays": ["hamlet"]})
+    back, meta = tc_mod.load_snippets(tmp_path / "s.safetensors", 3)
+    assert meta == {"model": "toy", "plays": ["hamlet"]}
+    for layer in range(3):
+        assert torch.equal(back[layer]["ids"], per_layer[layer]["ids"])
+        assert torch.equal(back[layer]["peak"], per_layer[layer]["peak"])
+    with pytest.raises(ValueError, match="does not hold snippets for every one of the 4 layers"):
+        tc_mod.load_snippets(tmp_path / "s.safetensors", 4)
+    monkeypatch.setattr(tc_mod, "MAX_FILE_BYTES", 10)
+    with pytest.raises(ValueError, match="a snippets file may be at most 10"):
+        tc_mod.load_snippets(tmp_path / "s.safetensors", 3)
+    assert tc_mod.snippets_path("shakespeare", True).name == "shakespeare.clt.transcoder.snippets.safetensors"

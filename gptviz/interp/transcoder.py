@@ -255,3 +255,36 @@ def transcoder_path(model_name: str, cross_layer: bool, folder: Optional[Path] =
     """Where a shipped model's transcoder lives: ``NAME.transcoder.safetensors`` (per-layer) or
     ``NAME.clt.transcoder.safetensors`` (cross-layer)."""
     return Path(folder or CHECKPOINTS) / f"{model_name}.{'clt.' if cross_layer else ''}transcoder.safetensors"
+
+
+def snippets_path(model_name: str, cross_layer: bool, folder: Optional[Path] = None) -> Path:
+    """Where a shipped transcoder's top held-out snippets live, beside it (``…transcoder.snippets.safetensors``)."""
+    path = transcoder_path(model_name, cross_layer, folder)
+    return path.with_name(path.name.replace(".transcoder.safetensors", ".transcoder.snippets.safetensors"))
+
+
+def save_snippets(path: Union[str, Path], per_layer: list[dict], meta: Optional[dict] = None) -> None:
+    """Each layer's snippets (``gptviz.training.sae.top_snippets``'s dict) under keys ``L{layer}.{name}``."""
+    tensors = {f"L{layer}.{name}": t.contiguous() for layer, snips in enumerate(per_layer) for name, t in snips.items()}
+    safetensors.torch.save_file(tensors, str(path), metadata={k: json.dumps(v) for k, v in (meta or {}).items()})
+
+
+def load_snippets(path: Union[str, Path], n_layer: int) -> tuple[list[dict], dict]:
+    """``(per_layer, meta)`` of a ``save_snippets`` file: per layer a dict of tensors (ids, acts, peak, where,
+    density). A file bigger than ``MAX_FILE_BYTES`` or missing a layer is refused."""
+    from safetensors import safe_open
+
+    p = Path(path)
+    if p.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"{p.name} is {p.stat().st_size:,} bytes: a snippets file may be at most {MAX_FILE_BYTES:,}")
+    with safe_open(str(p), framework="pt") as fh:
+        meta = {k: _meta_value(v) for k, v in (fh.metadata() or {}).items()}
+        per_layer: list[dict] = [{} for _ in range(n_layer)]
+        for key in fh.keys():
+            head, _, name = key.partition(".")
+            layer = int(head[1:]) if head[:1] == "L" and head[1:].isdigit() else -1
+            if 0 <= layer < n_layer:
+                per_layer[layer][name] = fh.get_tensor(key)
+    if any(not d for d in per_layer):
+        raise ValueError(f"{p.name} does not hold snippets for every one of the {n_layer} layers")
+    return per_layer, meta
