@@ -301,3 +301,31 @@ def test_snippets_round_trip_per_layer_and_a_missing_layer_is_refused(tmp_path, 
     with pytest.raises(ValueError, match="a snippets file may be at most 10"):
         tc_mod.load_snippets(tmp_path / "s.safetensors", 3)
     assert tc_mod.snippets_path("shakespeare", True).name == "shakespeare.clt.transcoder.snippets.safetensors"
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["per-layer", "cross-layer"])
+def test_the_shipped_transcoders_belong_to_the_shipped_model_and_meet_their_goals(shakespeare, cross):
+    """The files record the figures their command measured on all the held-out plays; here: the goals of issue 34
+    (L0 at most 40 a layer, at most 10 % dead, the cross-layer one in place of every MLP within +0.25 nats/char of
+    the model), the model they were trained on (its file's SHA-256), and, on 4 held-out windows, the loss with the
+    transcoder in place of every MLP recomputed by the plain-PyTorch oracle, equal to what the evaluation gives."""
+    import hashlib
+
+    from gptviz.text import corpus
+    from gptviz.training.sae import windows
+
+    tc = load_transcoder(transcoder_path("shakespeare", cross))
+    assert tc.cross_layer == cross and (tc.n_layer, tc.d_model) == (4, 128)
+    assert tc.meta["model_sha256"] == hashlib.sha256((CHECKPOINTS / "shakespeare.safetensors").read_bytes()).hexdigest()
+    fig = tc.meta["figures"]
+    assert max(fig["l0"]) <= 40 and max(fig["dead_fraction"]) <= 0.10
+    assert fig["loss_nats_per_char"] == pytest.approx(1.4513, abs=1e-4)
+    if cross:
+        assert fig["delta_nats_per_char"] <= 0.25
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    val = windows(torch.from_numpy(corpus.encoded("val", tok).astype("int64")), 128)[[0, 300, 600, 900], :33]
+    got = train_mod.evaluate_transcoder(model, tc, val)
+    x, y = val[:, :-1], val[:, 1:]
+    logits = plain_forward(model, x, tc, layers=range(4))
+    want = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    assert got["replaced_loss_per_token"] == pytest.approx(float(want), rel=1e-4)
