@@ -30,6 +30,7 @@ PAGES = [
      "Explain a prediction"),
     ("app_pages/neurons.py", "Neurons", ":material/neurology:", "Neurons", "Explain a prediction"),
     ("app_pages/features.py", "SAE features", ":material/category:", "SAE_features", "Explain a prediction"),
+    ("app_pages/circuits.py", "Circuits", ":material/schema:", "Circuits", "Explain a prediction"),
     ("app_pages/compare_models.py", "Compare models", ":material/compare:", "Compare_models", "Explain a prediction"),
     ("app_pages/generation.py", "Generation", ":material/edit_note:", "Generation", "Explain a prediction"),
     ("app_pages/backward.py", "Backward pass", ":material/undo:", "Backward", "Learning"),
