@@ -17,6 +17,9 @@ every figure is set against a baseline measured in the same run, because these m
    (``?lesson=02_one_attention_head&lstep=1``: it reads the sidebar's model and text, where lesson 1 pins the
    char-bpe tokenizer). Spread: ``p95`` when there are at least 20 samples, else ``max of N``. ``--pages
    lessons,home`` runs only those pages' rows.
+2b. **circuits** — the Circuits page on the Shakespeare GPT with its cross-layer transcoder
+   (tools/bench/circuits.py): a new 64-token line (a new graph, cache miss, goal p95 ≤ 3 s) and a node-threshold
+   change (cache hit, goal p95 ≤ 1 s), 20 of each.
 3. **memory** — one GPT-2-small trace with targets at the app's token cap, in a fresh process: the weights'
    own size (``num_params × 4`` bytes) and the process's resident memory are reported separately from the
    peak the trace adds (and the peak a plain forward adds). MiB = 2^20 bytes.
@@ -52,15 +55,15 @@ every figure is set against a baseline measured in the same run, because these m
    one trace's memory, then every page's view and text change on the shipped mixture of experts (shakespeare-moe, 8
    experts, top 2) as in part 2. About 25 minutes, so only with ``--only families``.
 
-``--quick`` runs fewer repeats (a smoke check; shorter class runs). ``--only trace,pages,memory,training,browser``
-(the default) picks parts, ``class`` among them when named; ``--browser-only`` and ``--no-browser`` are
-shorthands. Exit status: 0 when every row met its goal, 1 when a
+``--quick`` runs fewer repeats (a smoke check; shorter class runs).
+``--only trace,pages,circuits,memory,training,browser`` (the default) picks parts, ``class`` among them when
+named; ``--browser-only`` and ``--no-browser`` are shorthands. Exit status: 0 when every row met its goal, 1 when a
 goal was missed, 2 when a row FAILED (an error, a fallback, the wrong model): its reason is printed.
 
 One module per job: ``report`` (goals, rows, the table), ``models`` (the model each row names, the texts it
-reads), ``engine`` (1), ``pages`` (2), ``memory`` (3), ``training`` (4), ``server``, ``browser_tab`` and
-``browser`` (5), ``classroom`` (6), ``long_texts`` (7), ``cli`` (the command line). Importing the package imports
-neither Streamlit nor Playwright: only the functions that drive them do.
+reads), ``engine`` (1), ``pages`` (2), ``circuits`` (2b), ``memory`` (3), ``training`` (4), ``server``,
+``browser_tab`` and ``browser`` (5), ``classroom`` (6), ``long_texts`` (7), ``cli`` (the command line).
+Importing the package imports neither Streamlit nor Playwright: only the functions that drive them do.
 """
 from tools.bench.cli import main
 

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from tools.bench.browser import bench_browser
+from tools.bench.circuits import bench_circuits
 from tools.bench.classroom import bench_class
 from tools.bench.engine import bench_trace
 from tools.bench.live_class import bench_live
@@ -23,7 +24,8 @@ from tools.bench.report import exit_status, failed, table
 from tools.bench.run_record import LoadSampler, record
 from tools.bench.training import bench_training
 
-PARTS = "trace,pages,memory,training,browser"  # the default; "class" (5-15 minutes) runs only when named in --only
+# the default; "class" (5-15 minutes) runs only when named in --only
+PARTS = "trace,pages,circuits,memory,training,browser"
 ALL_PARTS = PARTS + ",class,long,live,families"  # "long": every page at T = 512 (tools/bench/long_texts.py), ~15 min
 # "families" (issue 38): every page at T = 256 for a Qwen3-0.6B-shaped folder, and every page on the shipped mixture
 # of experts (shakespeare-moe), about 25 minutes
@@ -62,6 +64,7 @@ def main(argv=None) -> int:
     steps: list[tuple[str, Callable[[], list[dict]]]] = [
         ("trace", lambda: bench_trace(a.quick)),
         ("pages", lambda: bench_pages(a.quick, "default", pages) + bench_pages(a.quick, "gpt2-small", pages)),
+        ("circuits", lambda: bench_circuits(a.quick)),  # the Circuits page's graph (issue 34), ~1 minute
         ("memory", bench_memory),
         ("training", lambda: bench_training(a.quick)),
         ("browser", lambda: bench_browser(a.quick)),
