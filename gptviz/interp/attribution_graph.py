@@ -48,6 +48,12 @@ class AttributionGraph:
     logit_probs: torch.Tensor  # (K,)
     adjacency: torch.Tensor  # (N, N): [target, source]
     meta: dict = field(default_factory=dict)
+    _feature_nodes: list = field(init=False, repr=False, compare=False)  # node(i) for each feature, made once
+
+    def __post_init__(self) -> None:
+        rows = self.active_features[self.selected].tolist()
+        acts = self.activations[self.selected].tolist()
+        self._feature_nodes = [("feature", a, b, c, v) for (a, b, c), v in zip(rows, acts)]
 
     @property
     def n_pos(self) -> int:
@@ -77,9 +83,7 @@ class AttributionGraph:
         if not 0 <= i < self.n_nodes:
             raise ValueError(f"there is no node {i}: this graph has {self.n_nodes}")
         if i < F:
-            row = int(self.selected[i])
-            layer, pos, feat = (int(v) for v in self.active_features[row])
-            return ("feature", layer, pos, feat, float(self.activations[row]))
+            return self._feature_nodes[i]
         if i < F + L * T:
             layer, pos = divmod(i - F, T)
             return ("error", layer, pos)

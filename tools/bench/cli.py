@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from tools.bench.browser import bench_browser
-from tools.bench.circuits import bench_circuits
+from tools.bench.circuits import bench_circuits, bench_circuits_browser
 from tools.bench.classroom import bench_class
 from tools.bench.engine import bench_trace
 from tools.bench.live_class import bench_live
@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     steps: list[tuple[str, Callable[[], list[dict]]]] = [
         ("trace", lambda: bench_trace(a.quick)),
         ("pages", lambda: bench_pages(a.quick, "default", pages) + bench_pages(a.quick, "gpt2-small", pages)),
-        ("circuits", lambda: bench_circuits(a.quick)),  # the Circuits page's graph (issue 34), ~1 minute
+        # the Circuits page's graph (issue 34), in AppTest and in Chromium, about 3 minutes
+        ("circuits", lambda: bench_circuits(a.quick) + bench_circuits_browser(a.quick)),
         ("memory", bench_memory),
         ("training", lambda: bench_training(a.quick)),
         ("browser", lambda: bench_browser(a.quick)),
