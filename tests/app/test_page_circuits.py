@@ -16,7 +16,7 @@ from gptviz.interp.graph_pruning import prune
 from gptviz.interp.transcoder import load_transcoder, transcoder_path
 from gptviz.model.checkpoint import load_checkpoint
 from gptviz.paths import CHECKPOINTS
-from gptviz.present.figures.attribution_graph import MAX_EDGES, NEG_COLOR, POS_COLOR
+from gptviz.present.figures.attribution_graph import DRAWN_EDGES, NEG_COLOR, POS_COLOR
 from gptviz.text.batches import encode_batch
 
 PAGE = "app_pages/circuits.py"
@@ -74,8 +74,8 @@ def engine():
 def expected(g, node_threshold=0.8, edge_threshold=0.98) -> tuple[set, dict]:
     p = prune(g, node_threshold, edge_threshold)
     pairs = (p.edge_mask & p.node_mask[:, None] & p.node_mask[None, :]).nonzero().tolist()
-    if len(pairs) > MAX_EDGES:  # the page draws the heaviest
-        pairs = sorted(pairs, key=lambda ts: -abs(float(g.adjacency[ts[0], ts[1]])))[:MAX_EDGES]
+    if len(pairs) > DRAWN_EDGES:  # the page draws the heaviest
+        pairs = sorted(pairs, key=lambda ts: -abs(float(g.adjacency[ts[0], ts[1]])))[:DRAWN_EDGES]
     logits = range(g.n_nodes - g.logit_ids.numel(), g.n_nodes)
     nodes = {node_id(g, i) for ts in pairs for i in ts} | {node_id(g, i) for i in logits}
     edges = {(node_id(g, s), node_id(g, t)): POS_COLOR if g.adjacency[t, s] > 0 else NEG_COLOR for t, s in pairs}
@@ -105,6 +105,18 @@ def test_the_node_threshold_redraws_the_graph_as_prune_with_that_threshold(engin
     nodes, edges = drawn(graph_spec(at))
     assert (nodes, edges) == expected(engine, 0.6)
     assert len(nodes) < len(before)
+
+
+def test_the_heaviest_edges_are_drawn_and_the_toggle_draws_every_kept_one(engine):
+    p = prune(engine)
+    kept = int((p.edge_mask & p.node_mask[:, None] & p.node_mask[None, :]).sum())
+    assert kept > DRAWN_EDGES  # this text keeps more edges than are drawn at first
+    at = circuits(text=TEXT)
+    assert len(drawn(graph_spec(at))[1]) == DRAWN_EDGES
+    assert any(f"the {DRAWN_EDGES} heaviest drawn" in str(c.value) for c in at.caption)
+    at.toggle(key="circ.all_edges").set_value(True)
+    no_exception(at.run())
+    assert len(drawn(graph_spec(at))[1]) == kept
 
 
 @pytest.mark.parametrize("preset", ["checkpoint: induction-heads", "default"])

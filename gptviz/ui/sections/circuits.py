@@ -26,7 +26,14 @@ from ...interp.transcoder import Transcoder, load_transcoder, transcoder_path
 from ...model.hook_names import act_name
 from ...paths import CHECKPOINTS
 from ...present import figures
-from ...present.figures.attribution_graph import MAX_EDGES, attribution_figure, drawn, intervention_bars, node_words
+from ...present.figures.attribution_graph import (
+    DRAWN_EDGES,
+    MAX_EDGES,
+    attribution_figure,
+    drawn,
+    intervention_bars,
+    node_words,
+)
 from ...present.markdown_text import plain_md
 from ...present.page_context import CKPT_PREFIX
 from ...run import edits as edit_specs
@@ -247,13 +254,14 @@ def graph(ctx, *, key: str = "circ") -> bool:
         st.session_state[f"{key}.seen"] = clicked
         if clicked:
             st.session_state[chosen_key] = clicked
-    nodes, edges, total = drawn(g, pr)
+    limit = MAX_EDGES if st.session_state.get(f"{key}.all_edges") else DRAWN_EDGES  # the toggle, below
+    nodes, edges, total = drawn(g, pr, limit)
     ids_drawn = [node_id(g, i) for i in nodes]
     st.session_state[chosen_key] = [c for c in st.session_state.get(chosen_key, []) if c in ids_drawn]
     says = "the most likely next tokens" if g.logit_ids.numel() > 1 else f"'{view.logit_tokens[0]}'"
     title = (f"Attribution graph of {says} after '{view.tokens[-1]}' · {len(nodes)} nodes, {len(edges)} edges")
     fig = attribution_figure(g, pr, view.tokens, view.logit_tokens, figures.escape_label(title), groups=_groups(),
-                             picked=st.session_state[chosen_key])
+                             picked=st.session_state[chosen_key], max_edges=limit)
     with area:
         plot(ctx, fig, key=f"{key}.fig", on_select="rerun", selection_mode=("points", "box", "lasso"))
     names = {node_id(g, i): node_words(g.node(i), view.tokens, view.logit_tokens) for i in nodes}
@@ -262,7 +270,7 @@ def graph(ctx, *, key: str = "circ") -> bool:
     kept_f = int(pr.node_mask[: g.n_features].sum())
     st.caption(f"{kept_f} of {g.n_features} feature nodes ({g.meta.get('n_active', '?')} features were active) and "
                f"{total} edges kept"
-               + (f" ({MAX_EDGES:,} heaviest drawn)" if total > MAX_EDGES else "")
+               + (f" (the {limit:,} heaviest drawn; the JSON has them all)" if total > limit else "")
                + f"; traced in {view.seconds:.2f} s over the last {len(ids)} tokens"
                + (f" (the row's first {cut} are left out: a graph reads at most {MAX_PROMPT})" if cut else "")
                + ". Circles: features, sized by their influence on the logits; grey squares: error nodes; boxes: "
@@ -270,6 +278,10 @@ def graph(ctx, *, key: str = "circ") -> bool:
                  "stronger."
                + (" The graph is traced on the model's own weights: your edits are not applied here."
                   if not edit_specs.is_empty(ctx.s.get("edits") or edit_specs.EMPTY) else ""))
+    if total > DRAWN_EDGES:
+        st.toggle(f"Draw every kept edge (up to {MAX_EDGES:,}; slower to draw)", key=f"{key}.all_edges",
+                  help="The graph draws the heaviest edges by default: a browser draws a few hundred lines at once "
+                       "far faster than thousands. Pruning is the same either way.")
     sc = view.scores
     m1, m2 = st.columns(2)
     m1.metric("Replacement score", f"{sc['replacement']:.1%}")
