@@ -162,3 +162,129 @@ def test_chosen_targets_and_a_feature_budget(shakespeare):
     assert first <= set(part.selected.tolist())
     with pytest.raises(ValueError, match="target logits must be token ids"):
         attribute(model, tc, ids, logit_ids=[340])
+
+
+# --------------------------------------------------------------------------- shapes other than the Shakespeare GPT's
+def test_a_llama_shape_with_grouped_queries_and_wide_heads_equals_autograd():
+    """RMSNorm, rotary positions, grouped-query attention (4 query heads over 2 key/value heads) and heads wider than
+    d_model / n_head (4 × 16 = 64 numbers of attention for a 32-number stream), random weights."""
+    import gptviz
+    from gptviz.config import preset
+
+    cfg = preset("llama-like").replace(vocab_size=50, block_size=32, n_layer=3, n_head=4, n_kv_head=2, n_embd=32,
+                                       d_head=16, d_mlp=48, seed=3)
+    model = gptviz.build_model(cfg).eval()
+    tc = toy_transcoder(model, True, seed=4)
+    ids = [3, 17, 8, 44, 2, 9, 30, 12, 5]
+    graph = attribute(model, tc, ids)
+    oracle = Oracle(model, tc, ids)
+    for k in range(graph.logit_ids.numel()):
+        want = oracle.row(graph, logit_quantity(model, int(graph.logit_ids[k])), cfg.n_layer)
+        torch.testing.assert_close(graph.adjacency[graph.logit_index(k)], want, atol=2e-4, rtol=1e-3)
+    last = [i for i in range(graph.n_features) if graph.node(i)[1] == 2][-1]
+    _, layer, pos, feat, _ = graph.node(last)
+    torch.testing.assert_close(graph.adjacency[last], oracle.row(graph, feature_quantity(tc, layer, pos, feat), layer),
+                               atol=2e-4, rtol=1e-3)
+
+
+def test_a_layer_with_no_active_feature_and_a_one_token_prompt(shakespeare):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    tc = toy_transcoder(model, True, seed=5)
+    with torch.no_grad():
+        tc.b_enc[1].fill_(-1e4)  # layer 1 never fires: its sources are empty, the layers after it are not
+    ids = tok.encode(PROMPT)[:10]
+    graph = attribute(model, tc, ids)
+    assert not any(graph.node(i)[1] == 1 for i in range(graph.n_features))
+    oracle = Oracle(model, tc, ids)
+    want = oracle.row(graph, logit_quantity(model, int(graph.logit_ids[0])), model.config.n_layer)
+    torch.testing.assert_close(graph.adjacency[graph.logit_index(0)], want, atol=2e-4, rtol=1e-3)
+    assert any(graph.node(i)[1] == 3 for i in range(graph.n_features))
+    one = Transcoder(4, 128, 16, 1, True)  # k = 1, every layer firing: one feature a layer at each position
+    fresh = toy_transcoder(model, True, seed=5)
+    with torch.no_grad():
+        for layer in range(4):
+            one.W_enc[layer].copy_(fresh.W_enc[layer])
+            one.W_dec[layer].copy_(fresh.W_dec[layer])
+            one.b_enc[layer].copy_(fresh.b_enc[layer] + 5.0)
+    one.requires_grad_(False)
+    first = tok.encode(PROMPT)[:1]
+    g1 = attribute(model, one, first)
+    assert g1.n_pos == 1 and g1.n_features == 4  # k = 1: one feature in each layer at the one position
+    o1 = Oracle(model, one, first)
+    want = o1.row(g1, logit_quantity(model, int(g1.logit_ids[0])), model.config.n_layer)
+    torch.testing.assert_close(g1.adjacency[g1.logit_index(0)], want, atol=2e-4, rtol=1e-3)
+
+
+def test_nodes_say_what_they_are_and_a_node_past_the_end_is_refused(shakespeare):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    graph = attribute(model, toy_transcoder(model, False, seed=6), tok.encode(PROMPT)[:6])
+    F, T = graph.n_features, graph.n_pos
+    assert graph.node(F) == ("error", 0, 0) and graph.node(F + T + 1) == ("error", 1, 1)
+    assert graph.node(graph.token_index(2)) == ("token", 2, tok.encode(PROMPT)[2])
+    k = graph.logit_ids.numel() - 1
+    assert graph.node(graph.logit_index(k)) == ("logit", k, int(graph.logit_ids[k]), float(graph.logit_probs[k]))
+    with pytest.raises(ValueError, match=f"there is no node {graph.n_nodes}: this graph has {graph.n_nodes}"):
+        graph.node(graph.n_nodes)
+
+
+def test_equal_logits_stop_where_the_probability_is_reached_exactly():
+    ids, probs = salient_logits(torch.zeros(4), desired_logit_prob=0.5)  # 0.25 each, exactly: 0.25 + 0.25 = 0.5
+    assert ids.numel() == 2 and probs.tolist() == [0.25, 0.25]
+
+
+def influence_by_hand(rows, row_nodes, n_logit_rows, probs, n_cols, steps=128):
+    """circuit-tracer's partial influence as plain NumPy loops: rows |.|-normalised (sums clamped at 1e-8), the
+    logits' probabilities pushed down the rows, each step's arrival summed (the logits' own weights not counted)."""
+    import numpy as np
+
+    a = np.abs(rows.double().numpy())
+    a = a / np.maximum(a.sum(1, keepdims=True), 1e-8)
+    w = np.zeros(a.shape[0])
+    w[:n_logit_rows] = probs.double().numpy()
+    total = np.zeros(n_cols)
+    for _ in range(steps):
+        arrived = w @ a
+        if not arrived.any():
+            break
+        total += arrived
+        w = np.array([arrived[c] if c >= 0 else 0.0 for c in row_nodes.tolist()])
+    return total
+
+
+def test_a_feature_budget_visits_features_in_circuit_tracers_rounds(shakespeare):
+    """Budget 40, batches of 8, one batch a round: each round takes the 8 unvisited features with the most
+    influence estimated from the rows built so far (hand-written above, on the full graph's rows)."""
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    tc = toy_transcoder(model, True, seed=7)
+    ids = tok.encode(PROMPT)[:10]
+    full = attribute(model, tc, ids)
+    part = attribute(model, tc, ids, max_feature_nodes=40, batch_size=8, update_interval=1)
+    n_active, K = full.n_features, full.logit_ids.numel()
+    cols = list(range(n_active)) + list(range(n_active, full.n_nodes - K))  # every source column of a row
+    rows_of = {i: full.adjacency[i, cols] for i in range(n_active)}
+    logit_rows = full.adjacency[full.n_nodes - K:, cols]
+    visited: list[int] = []
+    while len(visited) < 40:
+        rows = torch.cat([logit_rows] + [rows_of[i].unsqueeze(0) for i in visited])
+        row_nodes = torch.tensor([-1] * K + visited)
+        infl = influence_by_hand(rows, row_nodes, K, full.logit_probs, len(cols))[:n_active]
+        order = [i for i in sorted(range(n_active), key=lambda i: -infl[i]) if i not in visited]
+        visited += order[:8]
+    assert sorted(visited) == part.selected.tolist()
+
+
+def test_partial_influence_on_small_rows_that_pass_through_feature_zero():
+    """Rows whose absolute sums are below 1 (normalised, not clamped up) and a path through the feature in column
+    0: the estimate equals the hand-written one."""
+    from gptviz.interp.attribution_graph import _partial_influence
+
+    g = torch.Generator().manual_seed(9)
+    rows = torch.rand(4, 7, generator=g) * 0.05  # two logit rows, then the rows of features 0 and 3
+    rows[2:, 0] = 0.0  # no feature reads itself
+    rows[3, 3] = 0.0
+    row_nodes = torch.tensor([-1, -1, 0, 3])
+    probs = torch.tensor([0.6, 0.3])
+    got = _partial_influence(rows, row_nodes, 2, probs, 7)
+    want = influence_by_hand(rows, row_nodes, 2, probs, 7)
+    assert float(rows.abs().sum(1).max()) < 1
+    torch.testing.assert_close(got.double(), torch.tensor(want), rtol=1e-5, atol=1e-7)

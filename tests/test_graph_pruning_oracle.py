@@ -125,3 +125,75 @@ def test_scores_equal_their_definitions():
     assert got["replacement"] == pytest.approx(infl[tok].sum() / (infl[tok].sum() + infl[err].sum()), rel=1e-4)
     weight = infl + w
     assert got["completeness"] == pytest.approx(((1 - n[:, err].sum(1)) * weight).sum() / weight.sum(), rel=1e-4)
+
+
+def test_nodes_whose_edges_all_fall_below_the_edge_threshold_are_dropped_until_nothing_changes():
+    """A chain token -> f0 -> f1 -> logit carries the influence; f2 reads the token strongly but writes to the logit
+    a hair, f3 reads only f2: at an edge share of 0.95 the f2 -> logit edge goes, so f2 has no kept output and is
+    dropped, and then f3 loses its only input and goes too (a second round of the cleanup)."""
+    F, L, T, K = 4, 1, 1, 1
+    N = F + (L + 1) * T + K
+    tok, logit = F + L * T, N - 1
+    A = torch.zeros(N, N)
+    A[0, tok], A[1, 0], A[logit, 1] = 5.0, 5.0, 5.0
+    A[2, tok], A[logit, 2] = 4.0, 0.01
+    A[3, 2], A[logit, 3] = 0.02, 0.01
+    g = AttributionGraph(ids=torch.tensor([0]), n_layer=L, active_features=torch.tensor([[0, 0, i] for i in range(F)]),
+                         activations=torch.ones(F), selected=torch.arange(F), logit_ids=torch.tensor([0]),
+                         logit_probs=torch.tensor([0.9]), adjacency=A)
+    node_infl, keep, edges = by_hand(g, 1.0, 0.95)
+    got = prune(g, 1.0, 0.95)
+    assert got.node_mask.tolist() == keep.tolist()
+    assert got.edge_mask.numpy().tolist() == edges.tolist()
+    assert got.node_mask[:F].tolist() == [True, True, False, False]
+    assert bool(got.node_mask[tok]) and bool(got.node_mask[logit])
+    assert not bool(got.edge_mask[:, 2].any()) and not bool(got.edge_mask[3].any())
+    # the error node (index F) reads nothing and writes nothing: dropped; tokens and logits never are
+    assert not bool(got.node_mask[F])
+
+
+def test_bad_thresholds_and_cycles_are_refused_by_name_and_zero_thresholds_keep_everything():
+    g = synthetic_graph(7)
+    with pytest.raises(ValueError, match=r"edge_threshold=1\.5 must be from 0 to 1"):
+        prune(g, 0.8, 1.5)
+    with pytest.raises(ValueError, match=r"node_threshold=-0\.1 must be from 0 to 1"):
+        prune(g, -0.1, 0.9)
+    everything = prune(g, 0.0, 0.0)
+    assert bool(everything.node_mask[-(g.n_pos + 2):].all())
+    loop = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # two nodes reading each other: influence never stops arriving
+    with pytest.raises(ValueError, match="influence still arriving after 1000 steps: the graph has a cycle"):
+        influence(loop, torch.tensor([1.0, 0.0]))
+
+
+def test_the_threshold_of_one_score_and_of_a_share_reached_exactly_in_float64():
+    assert threshold(torch.tensor([3.0]), 0.5) == 3.0
+    assert threshold(torch.tensor([4.0, 4.0, 2.0]), 0.8) == 4.0  # 8 of 10 is 0.8 exactly: the second score
+
+
+def test_completeness_divides_by_the_weights_even_when_they_add_up_to_less_than_one():
+    g = synthetic_graph(8)
+    g.logit_probs = g.logit_probs * 0.01
+    A = g.adjacency.double().numpy()
+    a = np.abs(A)
+    n = a / np.maximum(a.sum(1, keepdims=True), 1e-10)
+    w = np.zeros(g.n_nodes)
+    w[-2:] = g.logit_probs.double().numpy()
+    infl = w @ n @ np.linalg.inv(np.eye(g.n_nodes) - n)
+    err = slice(g.n_features, g.n_features + g.n_layer * g.n_pos)
+    weight = infl + w
+    assert weight.sum() < 1
+    assert scores(g)["completeness"] == pytest.approx(((1 - n[:, err].sum(1)) * weight).sum() / weight.sum(),
+                                                      rel=1e-4)
+
+
+@pytest.mark.parametrize("seed,F,density,node_t,edge_t", [
+    (0, 12, 0.3, 0.8, 0.9),    # a feature kept by influence with a kept output but no kept input
+    (0, 20, 0.15, 0.9, 0.9),   # a feature or error node with a kept input but no kept output
+    (2, 20, 0.15, 0.9, 0.9),   # a node dropped only in the cleanup's second round
+], ids=["needs an input", "needs an output", "second round"])
+def test_the_cleanup_on_sparse_graphs_where_each_of_its_rules_matters(seed, F, density, node_t, edge_t):
+    g = synthetic_graph(seed, F=F, density=density)
+    node_infl, keep, edges = by_hand(g, node_t, edge_t)
+    got = prune(g, node_t, edge_t)
+    assert got.node_mask.tolist() == keep.tolist()
+    assert got.edge_mask.numpy().tolist() == edges.tolist()
