@@ -116,3 +116,26 @@ def test_bad_interventions_are_refused_by_name(shakespeare):
         intervene(model, tc, ids, [(0, 1, 0)], 50, [1])
     with pytest.raises(ValueError, match="target logits must be token ids"):
         intervene(model, tc, ids, [(0, 1, 0)], 0.0, [10_000])
+
+
+def test_the_bounds_of_an_intervention(shakespeare, monkeypatch):
+    import gptviz.interp.graph_interventions as gi
+
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:8]
+    tc = toy(model, False)
+    fz = freeze(model, tc, ids)
+    a0 = int(fz.features[0][0].nonzero()[0])
+    a3 = int(fz.features[3][7].nonzero()[0])
+    for scale in (-10.0, 10.0):  # the ends are allowed
+        assert intervene(model, tc, ids, [(0, 0, a0)], scale, [1])["active"] == 1
+    for scale in (-10.5, 10.5):
+        with pytest.raises(ValueError, match="must be from -10 to 10"):
+            intervene(model, tc, ids, [(0, 0, a0)], scale, [1])
+    for bad, words in (((4, 0, 0), "layer 4"), ((0, 0, 16), "there is no feature 16")):
+        with pytest.raises(ValueError, match=words):
+            intervene(model, tc, ids, [bad], 0.0, [1])
+    monkeypatch.setattr(gi, "MAX_FEATURES", 2)
+    assert intervene(model, tc, ids, [(0, 0, a0), (3, 7, a3)], 0.0, [1])["active"] == 2
+    with pytest.raises(ValueError, match="at most 2 features can be scaled at once"):
+        intervene(model, tc, ids, [(0, 0, a0), (3, 7, a3), (0, 1, 0)], 0.0, [1])

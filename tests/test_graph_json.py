@@ -71,3 +71,25 @@ def test_the_file_has_circuit_tracers_fields_and_ids():
     assert q["pinnedIds"] == ["0_5_1"]
     assert q["supernodes"] == [["<b>group</b>", "0_5_1", "1_3_2"]]  # names kept as data; unknown ids dropped
     assert (q["linkType"], q["clickedId"], q["sg_pos"]) == ("both", "", "")
+
+
+def test_every_field_of_error_token_and_unlabelled_nodes_and_what_is_left_out():
+    g, p = small_graph()
+    p.node_mask[g.error_index(0, 2)] = True  # kept, but no kept edge: not written
+    out = graph_json(g, p, prompt="abc", prompt_tokens=["a", "b", "c"], logit_tokens=["x"], slug="s", scan="t",
+                     node_threshold=0.8, supernodes=[[], ["g", "1_3_2"]])
+    nodes = {n["node_id"]: n for n in out["nodes"]}
+    assert "0_-1_2" not in nodes
+    common = {"token_prob": 0.0, "is_target_logit": False, "run_idx": 0, "reverse_ctx_idx": 0, "clerp": "",
+              "activation": None}
+    assert nodes["1_-1_2"] == {**common, "node_id": "1_-1_2", "feature": -1, "layer": "1", "ctx_idx": 2,
+                               "feature_type": "mlp reconstruction error", "jsNodeId": "1_-1-2",
+                               "influence": float(p.cumulative[g.error_index(1, 2)])}
+    assert nodes["E_7_0"] == {**common, "node_id": "E_7_0", "feature": 0, "layer": "E", "ctx_idx": 0,
+                              "feature_type": "embedding", "jsNodeId": "E_7-0",
+                              "influence": float(p.cumulative[g.token_index(0)])}
+    f = nodes["1_3_2"]
+    assert f["clerp"] == "" and isinstance(f["feature"], int) and f["feature"] == 13
+    second = nodes["3_12_2"]
+    assert (second["feature"], second["clerp"]) == (12, f'Output "12" (p={float(g.logit_probs[1]):.3f})')
+    assert out["qParams"]["supernodes"] == [["g", "1_3_2"]]  # an empty group skipped, the next one kept
