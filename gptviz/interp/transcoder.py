@@ -33,6 +33,7 @@ import torch.nn as nn
 
 from ..model.hook_names import act_name
 from ..paths import CHECKPOINTS
+from .sae import _meta_value  # a metadata value read back as JSON where it is JSON, as the SAE's file does
 
 FORMAT = "gptviz-transcoder-1"
 MAX_FILE_BYTES = 64_000_000  # a transcoder file bigger than this is refused before it is read
@@ -178,13 +179,6 @@ class Transcoder(nn.Module):
             for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
                 tensors[f"{name}_{layer}"] = getattr(self, name)[layer].detach().to(dtype).contiguous()
         safetensors.torch.save_file(tensors, str(path), metadata=self.header())
-
-
-def _meta_value(v: str):
-    try:
-        return json.loads(v)
-    except (TypeError, ValueError):
-        return v
 
 
 def _header_int(header: dict, key: str, low: int, high: int) -> int:
