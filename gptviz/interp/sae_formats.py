@@ -18,19 +18,24 @@ read: ``normalize_activations`` other than "none" (the input rescaled at run tim
 Every value of the config and every tensor's shape in the safetensors header is checked before anything is
 allocated.
 
-``load_sae(path)`` opens either a gptviz SAE file or a SAELens folder; ``save_saelens(sae, folder)`` writes one.
+``load_sae(path)`` opens a gptviz SAE file or a SAELens folder, and also a transcoder: a gptviz transcoder file or a
+folder in circuit-tracer's format (``gptviz.interp.transcoder_formats``). ``save_saelens(sae, folder)`` writes a
+SAELens folder.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import safetensors.torch
 import torch
 
 from .sae import MAX_FEATURES, MAX_FILE_BYTES, SparseAutoencoder, fill_weights
 from .sae import load_sae as load_gptviz_sae
+from .transcoder import FORMAT as TRANSCODER_FORMAT
+from .transcoder import Transcoder, load_transcoder
+from .transcoder_formats import is_circuit_tracer_folder, load_circuit_tracer
 
 CFG_NAME, WEIGHTS_NAME = "cfg.json", "sae_weights.safetensors"
 MAX_CFG_BYTES = 65_536
@@ -43,15 +48,33 @@ def is_saelens_folder(path: Union[str, Path]) -> bool:
     return p.is_dir() and (p / CFG_NAME).is_file() and (p / WEIGHTS_NAME).is_file()
 
 
-def load_sae(path: Union[str, Path]) -> SparseAutoencoder:
-    """A gptviz SAE file (``SparseAutoencoder.save``) or a SAELens folder (``cfg.json`` and
-    ``sae_weights.safetensors``). ValueError, naming what is wrong, for anything else."""
+def load_sae(path: Union[str, Path]) -> Union[SparseAutoencoder, Transcoder]:
+    """A gptviz SAE file (``SparseAutoencoder.save``), a SAELens folder (``cfg.json`` and
+    ``sae_weights.safetensors``), a gptviz transcoder file (``Transcoder.save``) or a circuit-tracer transcoder
+    folder (``config.yaml``, ``W_enc_{i}``/``W_dec_{i}.safetensors``). ValueError, naming what is wrong, for anything
+    else."""
     p = Path(path)
     if p.is_dir():
+        if is_circuit_tracer_folder(p):
+            return load_circuit_tracer(p)
         if not is_saelens_folder(p):
-            raise ValueError(f"{p.name} is a folder without {CFG_NAME} and {WEIGHTS_NAME}: not a SAELens SAE")
+            raise ValueError(f"{p.name} is a folder without {CFG_NAME} and {WEIGHTS_NAME} (a SAELens SAE) or "
+                             "config.yaml and W_enc_0.safetensors (a circuit-tracer transcoder)")
         return load_saelens(p)
+    if _file_format(p) == TRANSCODER_FORMAT:
+        return load_transcoder(p)
     return load_gptviz_sae(p)
+
+
+def _file_format(p: Path) -> Optional[str]:
+    """The ``format`` a safetensors file's metadata names (its header only is read), or None."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(p), framework="pt") as fh:
+            return (fh.metadata() or {}).get("format")
+    except Exception:  # noqa: BLE001 - not a readable safetensors file: the SAE loader says why
+        return None
 
 
 def _whole(cfg: dict, key: str, low: int, high: int) -> int:

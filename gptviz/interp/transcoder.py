@@ -11,14 +11,21 @@ and the output of the MLP of layer m is replaced by
 
 A cross-layer transcoder's layer-l features write to every later MLP's output (``W_dec[l]`` is
 ``(F, n_layer - l, d_model)``); a per-layer one's write only to their own (``W_dec[l]`` is ``(F, 1, d_model)``).
-The layout is circuit-tracer's cross-layer one (``W_enc_{l}``, ``b_enc_{l}``, ``W_dec_{l}``, ``b_dec_{l}``), derived
-from its description, not copied. Where gptviz differs: the input is the MLP's own input after its norm, with the
+The weights are circuit-tracer's (``W_enc_{l}``, ``b_enc_{l}``, ``W_dec_{l}``, ``b_dec_{l}``), derived from its
+description, not copied. Where gptviz differs: the input is the MLP's own input after its norm, with the
 norm's weight and bias applied (``ln2.hook_out``), and the sparsity rule is TopK (Gao et al. 2024) rather than
 JumpReLU.
 
+The sparsity rule (``activation``) is ``topk`` (the shipped transcoders), ``relu`` (``f = ReLU(pre)``) or
+``jumprelu`` with a threshold per feature and layer, as circuit-tracer defines it: ``f = pre · [pre > threshold]``
+(so a negative threshold lets a negative score through, as there). The last two are what circuit-tracer's
+cross-layer transcoders use; ``gptviz.interp.transcoder_formats`` reads and writes that format.
+
 The file is safetensors (float16 or float32 weights) with metadata: ``format``, ``n_layer``, ``d_model``,
-``n_features`` (per layer), ``k``, ``cross_layer``, and whatever the trainer adds (the model it was trained on, the
-command, the figures: JSON). A shipped model ``checkpoints/NAME.safetensors`` has its transcoders at
+``n_features`` (per layer), ``activation`` (absent: ``topk``), ``k`` (TopK only), ``cross_layer``, and whatever
+the trainer adds (the model it was trained on, the command, the figures: JSON); a JumpReLU transcoder also holds
+``threshold_{l}``. Its tensors are named as circuit-tracer's, but ``W_enc_{l}`` is ``(d_model, F)`` here and all
+of them are in one file. A shipped model ``checkpoints/NAME.safetensors`` has its transcoders at
 ``checkpoints/NAME.transcoder.safetensors`` (per-layer) and ``checkpoints/NAME.clt.transcoder.safetensors``.
 """
 from __future__ import annotations
@@ -40,6 +47,7 @@ MAX_FILE_BYTES = 64_000_000  # a transcoder file bigger than this is refused bef
 MAX_FEATURES = 65_536
 MAX_LAYERS = 128
 MAX_D_MODEL = 65_536
+ACTIVATIONS = ("topk", "relu", "jumprelu")
 
 
 def input_hook(layer: int) -> str:
@@ -61,13 +69,16 @@ def _whole(name: str, value, low: int, high: int) -> int:
 class Transcoder(nn.Module):
     """A transcoder's weights and its maps (see the module's docstring)."""
 
-    def __init__(self, n_layer: int, d_model: int, n_features: int, k: int, cross_layer: bool,
-                 meta: Optional[dict] = None):
+    def __init__(self, n_layer: int, d_model: int, n_features: int, k: Optional[int], cross_layer: bool,
+                 meta: Optional[dict] = None, activation: str = "topk"):
         super().__init__()
         self.n_layer = _whole("n_layer", n_layer, 1, MAX_LAYERS)
         self.d_model = _whole("d_model", d_model, 1, MAX_D_MODEL)
         self.n_features = _whole("n_features", n_features, 1, MAX_FEATURES)
-        self.k = _whole("k", k, 1, n_features)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation={activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        self.activation = activation
+        self.k: Optional[int] = _whole("k", k, 1, n_features) if activation == "topk" else None
         self.cross_layer = bool(cross_layer)
         self.meta = dict(meta or {})
         L, d, F = self.n_layer, self.d_model, self.n_features
@@ -75,11 +86,18 @@ class Transcoder(nn.Module):
         self.b_enc = nn.ParameterList([nn.Parameter(torch.zeros(F)) for _ in range(L)])
         self.W_dec = nn.ParameterList([nn.Parameter(torch.zeros(F, self.reach(layer), d)) for layer in range(L)])
         self.b_dec = nn.ParameterList([nn.Parameter(torch.zeros(d)) for _ in range(L)])
+        self.threshold = nn.ParameterList([nn.Parameter(torch.zeros(F)) for _ in range(L)]
+                                          if activation == "jumprelu" else [])
 
     def __repr__(self) -> str:
         kind = "cross-layer" if self.cross_layer else "per-layer"
+        rule = f"k={self.k}" if self.activation == "topk" else f"activation={self.activation!r}"
         return (f"Transcoder({kind}, n_layer={self.n_layer}, d_model={self.d_model}, n_features={self.n_features}, "
-                f"k={self.k})")
+                f"{rule})")
+
+    def tensor_names(self) -> tuple[str, ...]:
+        """The weights each layer has: the encoder's and decoder's, and a JumpReLU's thresholds."""
+        return ("W_enc", "b_enc", "W_dec", "b_dec") + (("threshold",) if self.activation == "jumprelu" else ())
 
     def reach(self, layer: int) -> int:
         """How many MLP outputs layer ``layer``'s features write: its own and, cross-layer, every later one."""
@@ -101,9 +119,15 @@ class Transcoder(nn.Module):
         return x.to(W.dtype) @ W + self.b_enc[layer]
 
     def encode(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """Layer ``layer``'s features ``(..., F)`` of the MLP inputs ``x`` ``(..., d_model)``: the ``k`` largest
-        pre-activations, each through ReLU, and 0 elsewhere."""
+        """Layer ``layer``'s features ``(..., F)`` of the MLP inputs ``x`` ``(..., d_model)``. TopK: the ``k``
+        largest pre-activations, each through ReLU, and 0 elsewhere; ReLU: every pre-activation through ReLU;
+        JumpReLU: each pre-activation where it is above its feature's threshold, and 0 elsewhere."""
         pre = self.pre_acts(layer, x)
+        if self.activation == "relu":
+            return torch.relu(pre)
+        if self.activation == "jumprelu":
+            return pre * (pre > self.threshold[layer])
+        assert self.k is not None  # a TopK transcoder always has its k
         vals, idx = pre.topk(self.k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))
 
@@ -166,7 +190,10 @@ class Transcoder(nn.Module):
     # ------------------------------------------------------------------ the file
     def header(self) -> dict[str, str]:
         out = {"format": FORMAT, "n_layer": str(self.n_layer), "d_model": str(self.d_model),
-               "n_features": str(self.n_features), "k": str(self.k), "cross_layer": "1" if self.cross_layer else "0"}
+               "n_features": str(self.n_features), "activation": self.activation,
+               "cross_layer": "1" if self.cross_layer else "0"}
+        if self.k is not None:
+            out["k"] = str(self.k)
         for key, value in self.meta.items():
             out[key] = value if isinstance(value, str) else json.dumps(value)
         return out
@@ -176,7 +203,7 @@ class Transcoder(nn.Module):
         read it back with ``load_transcoder``."""
         tensors = {}
         for layer in range(self.n_layer):
-            for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            for name in self.tensor_names():
                 tensors[f"{name}_{layer}"] = getattr(self, name)[layer].detach().to(dtype).contiguous()
         safetensors.torch.save_file(tensors, str(path), metadata=self.header())
 
@@ -216,7 +243,11 @@ def load_transcoder(path: Union[str, Path]) -> Transcoder:
     L = _header_int(header, "n_layer", 1, MAX_LAYERS)
     d = _header_int(header, "d_model", 1, MAX_D_MODEL)
     F = _header_int(header, "n_features", 1, MAX_FEATURES)
-    k = _header_int(header, "k", 1, F)
+    activation = header.get("activation", "topk")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"the transcoder's header says activation={activation!r}: it must be one of "
+                         f"{', '.join(ACTIVATIONS)}")
+    k = _header_int(header, "k", 1, F) if activation == "topk" else None
     if header.get("cross_layer") not in ("0", "1"):
         raise ValueError(f"the transcoder's header says cross_layer={header.get('cross_layer')!r}: it must be 0 or 1")
     cross = header["cross_layer"] == "1"
@@ -225,6 +256,8 @@ def load_transcoder(path: Union[str, Path]) -> Transcoder:
         reach = L - layer if cross else 1
         want.update({f"W_enc_{layer}": (d, F), f"b_enc_{layer}": (F,), f"W_dec_{layer}": (F, reach, d),
                      f"b_dec_{layer}": (d,)})
+        if activation == "jumprelu":
+            want[f"threshold_{layer}"] = (F,)
     if set(shapes) != set(want):
         missing, extra = sorted(set(want) - set(shapes)), sorted(set(shapes) - set(want))
         raise ValueError(f"{p.name} does not hold the tensors its header names (missing: {missing[:4]}, "
@@ -233,12 +266,12 @@ def load_transcoder(path: Union[str, Path]) -> Transcoder:
         if shapes[key] != shape:
             raise ValueError(f"{p.name}: {key} is {list(shapes[key])}, not {list(shape)} as its header says")
     meta = {key: _meta_value(v) for key, v in header.items()
-            if key not in ("format", "n_layer", "d_model", "n_features", "k", "cross_layer")}
-    tc = Transcoder(L, d, F, k, cross, meta)
+            if key not in ("format", "n_layer", "d_model", "n_features", "activation", "k", "cross_layer")}
+    tc = Transcoder(L, d, F, k, cross, meta, activation=activation)
     weights = safetensors.torch.load_file(str(p))
     with torch.no_grad():
         for layer in range(L):
-            for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            for name in tc.tensor_names():
                 getattr(tc, name)[layer].copy_(weights[f"{name}_{layer}"].float())
     tc.eval()
     tc.requires_grad_(False)

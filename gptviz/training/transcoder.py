@@ -109,6 +109,8 @@ def losses(tc: Transcoder, x: torch.Tensor, y: torch.Tensor, dead: Optional[torc
     reconstructed by the ``aux_k`` strongest of that layer's dead features; 0 without dead features), and which
     features fired ``(n_layer, F)``."""
     L = tc.n_layer
+    if tc.k is None:
+        raise ValueError(f"gptviz trains TopK transcoders; this one's rule is {tc.activation!r}")
     feats, pres = [], []
     for layer in range(L):
         pre = tc.pre_acts(layer, x[:, layer])
