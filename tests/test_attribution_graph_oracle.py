@@ -288,3 +288,51 @@ def test_partial_influence_on_small_rows_that_pass_through_feature_zero():
     want = influence_by_hand(rows, row_nodes, 2, probs, 7)
     assert float(rows.abs().sum(1).max()) < 1
     torch.testing.assert_close(got.double(), torch.tensor(want), rtol=1e-5, atol=1e-7)
+
+
+def test_an_attention_only_model_is_attributed_without_a_transcoder_and_equals_autograd():
+    """The induction-heads model has no MLPs: frozen, it is linear from its token embeddings to its logits. Each logit
+    row is the gradient of the logit (minus the vocabulary's mean) with respect to the embeddings, by autograd through
+    the model with its patterns and norm divisors held at their recorded values, dotted with each embedding."""
+    ck = load_checkpoint(CHECKPOINTS / "induction-heads.safetensors")
+    model, tok = ck.model, ck.tokenizer
+    assert model.config.attn_only
+    half = tok.encode("the Prince of England and")[:9]
+    ids = half + half  # a repeat: the induction heads predict the second half from the first
+    graph = attribute(model, None, ids)
+    L, T = model.config.n_layer, len(ids)
+    assert graph.n_features == 0 and graph.n_nodes == (L + 1) * T + graph.logit_ids.numel()
+    x = torch.tensor([ids])
+    tr = trace(model, x)
+    W_U = model.lm_head.weight.detach()
+
+    def embedding_grad(token):
+        leaf = torch.zeros(1, T, model.config.n_embd, requires_grad=True)
+        out = {}
+
+        def rec(name, t):
+            if name == "hook_embed":
+                t = tr[name].detach() + leaf
+            elif name.endswith("hook_scale") or name.endswith("hook_pattern"):
+                t = tr[name].detach()
+            out[name] = t
+            return t
+
+        with torch.enable_grad():
+            model.run(x, rec=rec)
+            q = out["ln_final.hook_out"][0, -1] @ (W_U[token] - W_U.mean(0))
+            return torch.autograd.grad(q, [leaf])[0]
+
+    for k in range(graph.logit_ids.numel()):
+        g = embedding_grad(int(graph.logit_ids[k]))
+        want = torch.zeros(graph.n_nodes)
+        for p in range(T):
+            want[graph.token_index(p)] = float(tr["hook_embed"][0, p] @ g[0, p])
+        assert float(want.abs().max()) > 1e-2
+        torch.testing.assert_close(graph.adjacency[graph.logit_index(k)], want, atol=2e-4, rtol=1e-3)
+    assert float(graph.adjacency[:, :graph.token_index(0)].abs().sum()) == 0  # error nodes: no edges out
+    assert float(graph.adjacency[:graph.logit_index(0)].abs().sum()) == 0  # only logit rows hold edges
+    with pytest.raises(ValueError, match="no MLPs for a transcoder"):
+        attribute(model, toy_transcoder(model, True), ids)
+    with pytest.raises(ValueError, match="needs a transcoder"):
+        attribute(load_checkpoint(CHECKPOINTS / "shakespeare.safetensors").model, None, ids[:4])

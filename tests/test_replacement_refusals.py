@@ -30,8 +30,12 @@ def test_each_model_the_replacement_cannot_read_is_refused_with_its_reason(chang
         cfg = BASE.replace(**change)
     except ValueError:
         pytest.skip(f"{change} is not a valid config on its own")
-    assert why_no_replacement(cfg) == reason
+    assert why_no_replacement(cfg, Transcoder(2, 16, 8, 2, True)) == reason  # a transcoder for these MLPs
     assert why_no_replacement(BASE) == ""
+    # without a transcoder: an attention-only model is read as it is, one with MLPs needs one
+    assert why_no_replacement(cfg, None, need_tc=True) == ("" if change == {"attn_only": True} else reason)
+    assert why_no_replacement(BASE, None, need_tc=True) == "this model has MLPs: its graph needs a transcoder in "\
+        "their place"
 
 
 @pytest.mark.parametrize("n_layer,d_model", [(3, 16), (2, 24)])

@@ -19,7 +19,8 @@ and logit rows hold edges.
 Where gptviz differs from circuit-tracer: no BOS token is prepended and no position is zeroed (gptviz's models read
 the prompt as typed); a token node's vector is its token embedding, and learned position vectors are constants like
 biases, as circuit-tracer treats TransformerLens's ``hook_pos_embed``; the rows are computed by a hand-written
-backward pass through the frozen model (``replacement.read_back``) rather than by autograd hooks.
+backward pass through the frozen model (``replacement.read_back``) rather than by autograd hooks. An attention-only
+model is attributed without a transcoder (``tc=None``): tokens and logits, and error nodes that are all zero.
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def salient_logits(last_logits: torch.Tensor, max_n_logits: int = MAX_N_LOGITS,
 class _Sources:
     """Every active feature, and per source layer its features laid out by position (padded) for the edges."""
 
-    def __init__(self, frozen: Frozen, tc: Transcoder):
+    def __init__(self, frozen: Frozen):
         T = frozen.ids.numel()
         rows, values = [], []
         for layer, f in enumerate(frozen.features):
@@ -120,7 +121,7 @@ class _Sources:
         self.acts = torch.cat(values) if values else torch.zeros(0)
         self.by_layer = []  # per source layer: (columns (T, kmax), activations (T, kmax), features (T, kmax))
         start = 0
-        for layer in range(tc.n_layer):
+        for layer in range(len(frozen.features)):
             here = self.table[self.table[:, 0] == layer]
             n = here.shape[0]
             counts = torch.bincount(here[:, 1], minlength=T) if n else torch.zeros(T, dtype=torch.long)
@@ -136,12 +137,12 @@ class _Sources:
             start += n
 
 
-def _rows(frozen: Frozen, w: Weights, tc: Transcoder, src: _Sources, layer: int, seeds: torch.Tensor,
+def _rows(frozen: Frozen, w: Weights, tc: Optional[Transcoder], src: _Sources, layer: int, seeds: torch.Tensor,
           positions: torch.Tensor) -> torch.Tensor:
     """The rows (n, n_active + (L + 1) T) of ``n`` targets reading the MLP input of ``layer`` (n_layer: the final
     norm): their direct effects from every active feature, every error node and every token. Only the positions up
     to the last target's are carried back (nothing later can reach a target)."""
-    L, T = tc.n_layer, frozen.ids.numel()
+    L, T = len(frozen.features), frozen.ids.numel()
     upto = int(positions.max()) + 1
     n_active = src.table.shape[0]
     grads = read_back(frozen, w, layer, seeds, positions, upto=upto)
@@ -153,7 +154,7 @@ def _rows(frozen: Frozen, w: Weights, tc: Transcoder, src: _Sources, layer: int,
     out[:, first:first + upto] = (grads[0] * frozen.embed[:upto]).sum(-1)
     for source in range(layer):
         cols, acts, feats = src.by_layer[source]
-        if cols.numel() == 0:
+        if cols.numel() == 0 or tc is None:
             continue
         cols, acts, feats = cols[:upto], acts[:upto], feats[:upto]
         block = torch.zeros(seeds.shape[0], upto, cols.shape[1])
@@ -189,17 +190,18 @@ def _partial_influence(rows: torch.Tensor, row_nodes: torch.Tensor, logit_rows: 
 
 
 @torch.no_grad()
-def attribute(model, tc: Transcoder, ids, logit_ids: Optional[Sequence[int]] = None,
+def attribute(model, tc: Optional[Transcoder], ids, logit_ids: Optional[Sequence[int]] = None,
               max_n_logits: int = MAX_N_LOGITS, desired_logit_prob: float = DESIRED_LOGIT_PROB,
               max_feature_nodes: Optional[int] = None, batch_size: int = BATCH_SIZE,
               update_interval: int = UPDATE_INTERVAL) -> AttributionGraph:
     """The attribution graph of the prompt ``ids`` for the target logits ``logit_ids`` at its last position (default:
     the most probable, see ``salient_logits``). ``max_feature_nodes``: when fewer than the active features, only
     that many get rows, chosen in rounds by their estimated influence on the logits, as circuit-tracer does; the
-    others are left out of the graph (their effect is not moved to the error nodes)."""
+    others are left out of the graph (their effect is not moved to the error nodes). ``tc=None``: an
+    attention-only model, whose graph has no features."""
     frozen = freeze(model, tc, ids)
     w = weights_of(model)
-    L, T = tc.n_layer, frozen.ids.numel()
+    L, T = len(frozen.features), frozen.ids.numel()
     last = frozen.logits[-1]
     if logit_ids is None:
         t_ids, t_probs = salient_logits(last, max_n_logits, desired_logit_prob)
@@ -208,7 +210,7 @@ def attribute(model, tc: Transcoder, ids, logit_ids: Optional[Sequence[int]] = N
         if t_ids.numel() == 0 or bool(((t_ids < 0) | (t_ids >= last.numel())).any()):
             raise ValueError(f"target logits must be token ids from 0 to {last.numel() - 1}")
         t_probs = torch.softmax(last.double(), -1)[t_ids].float()
-    src = _Sources(frozen, tc)
+    src = _Sources(frozen)
     n_active = src.table.shape[0]
     W_U = model.lm_head.weight.detach().float()
     seeds = W_U[t_ids] - W_U.mean(0)
@@ -228,6 +230,7 @@ def attribute(model, tc: Transcoder, ids, logit_ids: Optional[Sequence[int]] = N
                 feats, pos = src.table[part, 2], src.table[part, 1]
                 start = int(visited.sum())
                 slot_of[part] = torch.arange(start, start + part.numel())
+                assert tc is not None  # features exist only with a transcoder
                 feature_rows[start:start + part.numel()] = _rows(frozen, w, tc, src, layer,
                                                                  tc.W_enc[layer].detach().T[feats], pos)
                 visited[part] = True

@@ -89,7 +89,7 @@ def intervene(model, tc: Transcoder, ids, features: Sequence[tuple[int, int, int
     V = frozen.logits.shape[-1]
     if targets.numel() == 0 or bool(((targets < 0) | (targets >= V)).any()):
         raise ValueError(f"target logits must be token ids from 0 to {V - 1}")
-    src = _Sources(frozen, tc)
+    src = _Sources(frozen)
     W_U = model.lm_head.weight.detach().float()
     rows = _rows(frozen, weights_of(model), tc, src, tc.n_layer, W_U[targets] - W_U.mean(0),
                  torch.full((targets.numel(),), T - 1))

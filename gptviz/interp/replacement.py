@@ -7,6 +7,9 @@ Then every attention pattern and every norm's divisor is frozen at its value on 
 the nodes is linear: the residual stream, each attention head's OV circuit weighted by its frozen pattern, and each
 norm as ``(x - mean(x)) / s · w + b`` with ``s`` a constant (RMSNorm: no mean).
 
+An attention-only model (no MLPs) needs no transcoder: frozen, it is already linear from its token embeddings to
+its logits, so its graph has token and logit nodes only (``transcoder=None``), and its error nodes are all zero.
+
 - ``freeze(model, transcoder, ids)``: the frozen quantities of one prompt (``Frozen``).
 - ``read_back(frozen, weights, layer, seeds)``: for targets that read the residual stream at the MLP input of
   ``layer`` (or at the final norm, ``layer = n_layer``), the gradient of each target with respect to what is written
@@ -24,12 +27,13 @@ from .composition import head_weights
 from .transcoder import Transcoder, input_hook, output_hook
 
 
-def why_no_replacement(cfg, tc: Transcoder | None = None) -> str:
-    """Why this model (and transcoder) cannot be read as a local replacement, or ""."""
+def why_no_replacement(cfg, tc: Transcoder | None = None, need_tc: bool = False) -> str:
+    """Why this model (and transcoder) cannot be read as a local replacement, or "". ``need_tc``: ``tc`` is what the
+    graph will use, so None is only right for an attention-only model, and a transcoder is wrong for one."""
     if getattr(cfg, "n_enc_layer", -1) >= 0:
         return "attribution graphs are for decoder-only models; this one also has an encoder and cross-attention"
     if cfg.attn_only:
-        return "this model has no MLPs for a transcoder to replace"
+        return "this model has no MLPs for a transcoder to replace" if tc is not None else ""
     if cfg.norm_placement != "pre" or cfg.sublayer_norms != "before":
         return ("the replacement is written for blocks that normalise before each sublayer (GPT-2, Llama); this "
                 "model normalises after them")
@@ -37,6 +41,8 @@ def why_no_replacement(cfg, tc: Transcoder | None = None) -> str:
         return "in this model attention and the MLP read the same normalised input in parallel; not supported yet"
     if cfg.n_expert:
         return "a mixture of experts has no single MLP for a transcoder to replace"
+    if need_tc and tc is None:
+        return "this model has MLPs: its graph needs a transcoder in their place"
     if tc is not None and (tc.n_layer != cfg.n_layer or tc.d_model != cfg.n_embd):
         return (f"this transcoder was made for {tc.n_layer} layers of {tc.d_model} numbers, not this model's "
                 f"{cfg.n_layer} of {cfg.n_embd}")
@@ -58,23 +64,30 @@ class Frozen:
     layernorm: bool  # LayerNorm (subtracts the mean) or RMSNorm
 
 
-def freeze(model, tc: Transcoder, ids) -> Frozen:
-    """Run the prompt ``ids`` (a list or a (T,) tensor of token ids) and keep what the replacement needs."""
+def freeze(model, tc: Transcoder | None, ids) -> Frozen:
+    """Run the prompt ``ids`` (a list or a (T,) tensor of token ids) and keep what the replacement needs. ``tc``:
+    None for an attention-only model (no features, zero errors, no norm before an MLP)."""
     cfg = model.config
-    why = why_no_replacement(cfg, tc)
+    why = why_no_replacement(cfg, tc, need_tc=True)
     if why:
         raise ValueError(why)
     x = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
     with torch.no_grad():
         tr = trace(model, x)
-        L = cfg.n_layer
-        feats = [tc.encode(layer, tr[input_hook(layer)][0]) for layer in range(L)]
-        errors = [tr[output_hook(layer)][0] - tc.decode(layer, feats) for layer in range(L)]
+        L, T = cfg.n_layer, x.shape[1]
+        if tc is None:
+            feats = [torch.zeros(T, 0) for _ in range(L)]
+            errors = [torch.zeros(T, cfg.n_embd) for _ in range(L)]
+            mlp_scale = [torch.ones(T, 1) for _ in range(L)]
+        else:
+            feats = [tc.encode(layer, tr[input_hook(layer)][0]) for layer in range(L)]
+            errors = [tr[output_hook(layer)][0] - tc.decode(layer, feats) for layer in range(L)]
+            mlp_scale = [tr[act_name("scale", layer, "ln2")][0] for layer in range(L)]
         return Frozen(
             ids=x[0], logits=tr.logits[0].float(), embed=tr[act_name("embed")][0].float(),
             attn_scale=[tr[act_name("scale", layer, "ln1")][0] for layer in range(L)],
             pattern=[tr[act_name("pattern", layer)][0] for layer in range(L)],
-            mlp_scale=[tr[act_name("scale", layer, "ln2")][0] for layer in range(L)],
+            mlp_scale=mlp_scale,
             final_scale=tr[act_name("scale", part="ln_final")][0],
             features=feats, errors=errors, layernorm=cfg.norm == "layernorm")
 
@@ -102,7 +115,8 @@ def weights_of(model) -> Weights:
         W_V_in = W_V_in - W_V_in.mean(1, keepdim=True)
     return Weights(W_O_T=hw["W_O"].reshape(L, H * dh, d).transpose(1, 2).float().contiguous(),
                    W_V_in=W_V_in.float().contiguous(), n_head=H,
-                   ln2=torch.stack([b.ln_2.weight.detach().float() for b in blocks]),
+                   ln2=torch.stack([b.ln_2.weight.detach().float() if getattr(b, "ln_2", None) is not None
+                                    else torch.ones(d) for b in blocks]),  # attention-only: no norm, never read
                    ln_final=model.transformer.ln_f.weight.detach().float())
 
 
