@@ -1,13 +1,25 @@
 """The attribution graph's figure (gptviz/present/figures/attribution_graph.py), on a small graph written by hand:
 only the positions with a drawn node get a column, the token tick labels are escaped, every marker's customdata is its
 node's id, every kept edge (and no other) is one line from its source to its target, coloured by its sign,
-features of one (layer, position) stand side by side, and user text in hovers is escaped."""
-import torch
+features of one (layer, position) stand side by side, user text in hovers is escaped, and a feature's hover shows
+its label and its strongest snippets, their markup escaped, each peak in bold between ‹ ›."""
+import json
 
+import safetensors.torch
+import torch
+from test_feature_labels import TEXTS, VOCAB, arrays, write_snippets
+
+from gptviz.interp import feature_labels
 from gptviz.interp.attribution_graph import AttributionGraph
 from gptviz.interp.graph_json import node_id
 from gptviz.interp.graph_pruning import Pruned
-from gptviz.present.figures.attribution_graph import NEG_COLOR, POS_COLOR, attribution_figure, intervention_bars
+from gptviz.present.figures.attribution_graph import (
+    MAX_SNIPPETS,
+    NEG_COLOR,
+    POS_COLOR,
+    attribution_figure,
+    intervention_bars,
+)
 
 TOKENS = ["To", "<b>be</b>", "or", "not", "&amp", "be"]  # two that Plotly would read as markup
 L, T = 2, len(TOKENS)
@@ -123,6 +135,40 @@ def test_hover_texts_and_group_names_are_escaped_and_picked_nodes_ringed_with_th
     assert len(own) == 1 and own[0]["line"]["color"] == POS_COLOR and list(own[0]["x"]).count(None) == 2
     logits = next(t for t in spec["data"] if t.get("name") == "logits")
     assert list(logits["text"]) == ["'yes'<br>70%", "'&lt;no&gt;'<br>20%"]
+
+
+def escaped(text):
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def test_a_features_hover_shows_its_label_and_strongest_snippets_escaped(tmp_path):
+    # feature 7 of layer 0 (node 0_7_1): three snippets full of markup, as (token ids, activations); TEXTS has
+    # "Caesar", " ", "&", "<b>", "x" and "<script>" at ids 6, 2, 5, 4, 8, 7
+    spans = {0: {7: [([6, 2, 5, 4, 8, 7], [0.0, 0.1, 0.2, 0.9, 0.3, 0.0]), ([7, 4, 5, 1], [0.2, 0.1, 0.6, 0.0]),
+                     ([0, 0, 7], [0.0, 0.0, 0.5])]}}
+    path = write_snippets(tmp_path / "t.transcoder.snippets.safetensors", spans, n_layer=L, n_features=10)
+    up = [torch.tensor([[8, 4, 3]] * 10).numpy() for _ in range(L)]  # promoted: 'x', '<b>', '↵'
+    per_layer = arrays(path, L)
+    g, spec = figure_dict(labels=feature_labels.feature_labels(10, VOCAB, up, per_layer),
+                          snippets=feature_labels.feature_snippets(per_layer, TEXTS, n=3))
+    feats = next(t for t in spec["data"] if t.get("name") == "features")
+    hover = dict(zip(feats["customdata"], feats["hovertext"]))["0_7_1"]
+    raw = safetensors.torch.load_file(str(path))  # what the hover should say, read from the file's tensors
+    lines, peaks = [], []
+    for j in range(3):
+        n = int((raw["L0.ids"][7, j] >= 0).sum())
+        ids = raw["L0.ids"][7, j, :n].tolist()
+        p = int(raw["L0.acts"][7, j, :n].float().argmax())
+        peaks += [VOCAB[ids[p]]] if VOCAB[ids[p]] not in peaks else []
+        before, after = "".join(TEXTS[t] for t in ids[:p]), "".join(TEXTS[t] for t in ids[p + 1:])
+        lines.append(f"{escaped(before[-5:])}<b>‹{escaped(TEXTS[ids[p]])}›</b>{escaped(after[:3])}")
+    label = "fires on " + ", ".join(f"'{w}'" for w in peaks) + " · promotes 'x', '<b>', '↵'"
+    assert escaped(label) in hover.split("<br>")
+    assert lines[0] == "sar &amp;<b>‹&lt;b&gt;›</b>x&lt;s" and lines[0] in hover and lines[1] in hover
+    assert lines[2] not in hover and hover.count("<b>") == MAX_SNIPPETS == 2  # the two strongest only
+    assert "<script>" not in json.dumps(spec) and "&lt;script&gt;" in hover
+    other = dict(zip(feats["customdata"], feats["hovertext"]))["0_9_1"]  # a feature without snippets: its label
+    assert "never fires on the held-out text · promotes 'x', '&lt;b&gt;', '↵'" in other and "<b>" not in other
 
 
 def test_intervention_bars_show_both_changes_per_token():

@@ -1,12 +1,14 @@
 """The Circuits page: it opens on the Shakespeare GPT with its shipped cross-layer transcoder and draws the pruned
 attribution graph of the text's last 64 tokens, node for node and edge for edge the graph that ``attribute`` and
 ``prune`` give when called here directly; the node threshold slider redraws it as ``prune`` with that threshold; a
-model without a transcoder gets a plain message naming the one that has one; a hostile group name stays text; hostile
+model without a transcoder gets a plain message naming the one that has one; a feature's hover shows its label and
+its strongest held-out snippet, both worked out here from the shipped files; a hostile group name stays text; hostile
 texts and a missing interventions module leave the page working."""
 import json
 import sys
 
 import pytest
+import safetensors.torch
 from apphelp import ROOT, messages
 from streamlit.testing.v1 import AppTest
 
@@ -98,6 +100,42 @@ def test_it_opens_on_the_shakespeare_gpt_and_draws_the_graph_prune_gives(opened,
     assert "Replacement score" in [m.label for m in opened.metric]
 
 
+def escaped(text):
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def test_a_feature_nodes_hover_shows_its_label_and_strongest_snippet(opened):
+    """Worked out from the shipped files' tensors: "fires on" the peak tokens of the feature's snippets, "promotes" the
+    top logits of its decoder's last row through the final LayerNorm (centred, times its gain), and the strongest
+    snippet's text just before its peak, the peak in bold between ‹ ›."""
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    model, tok = ck.model, ck.tokenizer
+    tc = load_transcoder(transcoder_path("shakespeare", True))
+    raw = safetensors.torch.load_file(str(CHECKPOINTS / "shakespeare.clt.transcoder.snippets.safetensors"))
+    gain, W_U = model.transformer.ln_f.weight.detach().double(), model.lm_head.weight.detach().double()
+    assert any("its label, made from" in c.value for c in opened.caption)  # the feature in view names it too
+    feats = next(t for t in graph_spec(opened)["data"] if t.get("name") == "features")
+    for node, hover in list(zip(feats["customdata"], feats["hovertext"]))[:8]:
+        layer, feat, _ = map(int, node.split("_"))
+        d = tc.W_dec[layer][feat, -1].detach().double()
+        up = (W_U @ ((d - d.mean()) * gain)).topk(3).indices.tolist()
+        peaks, first = [], None
+        for j in range(raw[f"L{layer}.peak"].shape[1]):
+            if raw[f"L{layer}.peak"][feat, j] <= 0:
+                break
+            n = int((raw[f"L{layer}.ids"][feat, j] >= 0).sum())
+            ids = raw[f"L{layer}.ids"][feat, j, :n].tolist()
+            p = int(raw[f"L{layer}.acts"][feat, j, :n].float().argmax())
+            first = first or (tok.decode(ids[:p]).replace("\n", "↵")[-6:], tok.decode(ids[p:p + 1]))
+            peaks += [tok.token_str(ids[p])] if tok.token_str(ids[p]) not in peaks else []
+        fires, promotes = ", ".join(f"'{w}'" for w in peaks[:3]), ", ".join(f"'{tok.token_str(t)}'" for t in up)
+        label = (f"fires on {fires}" if peaks else "never fires on the held-out text") + f" · promotes {promotes}"
+        assert escaped(label) in hover.split("<br>"), (node, hover)
+        if first:
+            peak = first[1].replace(" ", "␣").replace("\n", "↵")
+            assert f"{escaped(first[0])}<b>‹{escaped(peak)}›</b>" in hover, (node, hover)
+
+
 def test_the_node_threshold_redraws_the_graph_as_prune_with_that_threshold(engine):
     at = circuits(text=TEXT)
     before, _ = drawn(graph_spec(at))
@@ -119,12 +157,27 @@ def test_the_heaviest_edges_are_drawn_and_the_toggle_draws_every_kept_one(engine
     assert len(drawn(graph_spec(at))[1]) == kept
 
 
-@pytest.mark.parametrize("preset", ["checkpoint: induction-heads", "default"])
-def test_a_model_without_a_transcoder_gets_a_plain_message(preset):
-    at = circuits(preset=preset)
+def test_a_model_without_a_transcoder_gets_a_plain_message():
+    at = circuits(preset="default")
     assert NONE in messages(at)
     assert "Shakespeare GPT" in messages(at)  # where to find one
     assert not [c for c in at.get("plotly_chart")]
+
+
+def test_an_attention_only_model_draws_its_graph_of_tokens_and_logits_without_a_transcoder():
+    """The induction-heads model has no MLPs: the page draws, node for node and edge for edge, the graph that
+    ``attribute(model, None, ids)`` and ``prune`` give when called here, tokens to logits, and says why there are no
+    features; the feature and intervention sections say so instead of failing."""
+    text = "Now is the winter. Now is the winter"
+    at = circuits(preset="checkpoint: induction-heads", text=text)
+    assert NONE not in messages(at) and "has no MLPs" in messages(at)
+    ck = load_checkpoint(CHECKPOINTS / "induction-heads.safetensors")
+    b = encode_batch(ck.tokenizer, text, ck.model.config.block_size)
+    g = attribute(ck.model.eval(), None, b.x[0, : b.lengths[0]].tolist()[-64:])
+    nodes, edges = drawn(graph_spec(at))
+    assert (nodes, edges) == expected(g) and edges
+    assert not [t for t in graph_spec(at)["data"] if t.get("name") in ("features", "errors")]
+    assert "no features to scale" in messages(at) and "no features: its edges" in messages(at)
 
 
 def test_a_hostile_group_name_is_escaped_wherever_it_is_shown():

@@ -76,6 +76,13 @@ def page_shots() -> list[Shot]:
             for _, title, _, url_path, _ in nav_pages()]
 
 
+def _scroll(page, px: int) -> None:
+    """Scroll the page's main column down by ``px`` (the mouse over it), for a view below the first screen."""
+    page.mouse.move(900, 400)
+    page.mouse.wheel(0, px)
+    page.wait_for_timeout(800)
+
+
 SPECIAL = [
     Shot("hero", address("Attention", preset=SHAKESPEARE, layer="0", head="2"),
          "the Attention page on the shipped Shakespeare GPT (named in the link), on its previous-token head L0 H2"),
@@ -84,6 +91,15 @@ SPECIAL = [
          needs=("cjk_font",)),
     Shot("chinese_attention_axes", address("Attention", preset="default", tokenizer="gpt2", text=CHINESE),
          "the Attention page for the same text, its query axis labelled the same way", needs=("cjk_font",)),
+    Shot("circuits-induction", address("Circuits", preset="checkpoint: induction-heads",
+                                       text="Now is the winter. Now is the winter"),
+         "the Circuits page on the attention-only induction-heads model: tokens to logits, no transcoder needed"),
+    Shot("lesson8-graph", address("Lessons", lesson="08_tracing_a_circuit", lstep="2"),
+         "lesson 8's attribution graph step on the Shakespeare GPT, scrolled to the whole graph",
+         act=lambda page, browser, url: _scroll(page, 260)),
+    Shot("lesson8-composition", address("Lessons", lesson="08_tracing_a_circuit", lstep="7"),
+         "lesson 8's K-composition step on the induction-heads model, scrolled to the map",
+         act=lambda page, browser, url: _scroll(page, 560)),
     Shot("live_class_projector", address("Lessons", lesson="01_text_to_token_ids", preset="default"),
          "a live class in presenter mode, after three students answered and before Reveal",
          chart=False, act=three_students_answered),

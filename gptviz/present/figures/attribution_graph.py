@@ -7,7 +7,8 @@ squares, tokens labelled boxes, logits labelled diamonds with their probability.
 excites and vermillion where it inhibits (Okabe and Ito's colours, apart for the common colour blindnesses), wider
 the larger its weight. Only the positions that carry a drawn node get a column, spread across the width, so a graph
 of a long prompt does not crowd into one column at the right edge; features of one (layer, position) sit side by
-side. Every marker carries its node id (``graph_json.node_id``) as ``customdata``, so a click names the node.
+side. Every marker carries its node id (``graph_json.node_id``) as ``customdata``, so a click names the node; a
+feature's hover names it, with its label and its strongest snippets when they are given.
 
 Also ``intervention_bars``: each target logit's change when features are scaled, as the graph predicts it and as the
 model computes it.
@@ -40,6 +41,8 @@ PER_ROW, MAX_SUB_ROWS, SUB_ROW_DY = 12, 3, 0.24  # a crowded (layer, position): 
 TOKEN_ONLY = 0.55  # the width of a column that holds only its token (a column of nodes is at least 0.8)
 PLOT_PX = 700  # about how wide the plot area is on a 1280-pixel screen with the sidebar open
 LOGIT_PX = 66  # room for a logit's label
+MAX_SNIPPETS = 2  # snippets in a feature's hover
+HOVER = dict(align="left", bgcolor="white", bordercolor="#555555", font=dict(size=14, color="#111111"))  # projector
 
 
 def drawn(graph, pruned, max_edges: int = MAX_EDGES) -> tuple[list[int], list[tuple[int, int]], int]:
@@ -150,7 +153,16 @@ def _edge_traces(graph, edges, xy) -> list[dict]:
     return data
 
 
-def _names(graph, kinds, tokens, logit_tokens, labels, groups, influence) -> dict[int, str]:
+def snippet_line(before: str, peak: str, after: str) -> str:
+    """A snippet as one hover line: its text escaped, new lines as ↵, the peak token in bold between ‹ › (its spaces
+    as ␣, as the labels show tokens)."""
+    def one(text: str) -> str:
+        return escape_label(text.replace("\r", "").replace("\n", "↵"))
+
+    return f"{one(before)}<b>‹{_show(peak.replace(' ', '␣'))}›</b>{one(after)}"
+
+
+def _names(graph, kinds, tokens, logit_tokens, labels, groups, influence, snippets) -> dict[int, str]:
     def tok(p: int) -> str:
         return f"'{_show(tokens[p])}'" if 0 <= p < len(tokens) else str(p)
 
@@ -164,7 +176,9 @@ def _names(graph, kinds, tokens, logit_tokens, labels, groups, influence) -> dic
             _, layer, pos, feat, act = n
             text = f"L{layer} #{feat} at {tok(pos)} act {act:.2f}"
             lab = labels.get((layer, feat))
-            text += (f"<br>{escape_label(str(lab))}" if lab else "") + f"<br>influence {influence[i]:.3g}"
+            text += f"<br>{escape_label(str(lab))}" if lab else ""
+            text += "".join(f"<br>{snippet_line(*w)}" for w in snippets.get((layer, feat), ())[:MAX_SNIPPETS])
+            text += f"<br>influence {influence[i]:.3g}"
         elif n[0] == "error":
             text = f"error node: what the transcoder misses of L{n[1]}'s MLP at {tok(n[2])}"
         elif n[0] == "token":
@@ -180,12 +194,15 @@ def _names(graph, kinds, tokens, logit_tokens, labels, groups, influence) -> dic
 
 def attribution_figure(graph, pruned, tokens: Sequence[str], logit_tokens: Sequence[str], title: str,
                        labels: Optional[Mapping[tuple[int, int], str]] = None,
+                       snippets: Optional[Mapping[tuple[int, int], Sequence[Sequence[str]]]] = None,
                        groups: Sequence[Sequence[str]] = (), picked: Sequence[str] = (),
                        max_edges: int = MAX_EDGES) -> go.Figure:
     """The pruned graph (see the module's docstring). ``tokens``: the prompt's token labels, one per position;
-    ``logit_tokens``: the target logits' tokens; ``labels``: (layer, feature) -> a feature's name; ``groups``:
-    supernodes ``[name, node id, ...]`` (named in the hover); ``picked``: node ids drawn ringed."""
-    labels, L, T = labels or {}, graph.n_layer, graph.n_pos
+    ``logit_tokens``: the target logits' tokens; ``labels``: (layer, feature) -> a feature's name; ``snippets``:
+    (layer, feature) -> its strongest snippets as (before, peak token, after) texts, the first ``MAX_SNIPPETS`` shown
+    in its hover; ``groups``: supernodes ``[name, node id, ...]`` (named in the hover); ``picked``: node ids drawn
+    ringed. Every text is escaped here."""
+    labels, snippets, L, T = labels or {}, snippets or {}, graph.n_layer, graph.n_pos
     nodes, edges, _ = drawn(graph, pruned, max_edges)
     kinds = {i: graph.node(i) for i in nodes}
     ids = {i: node_id(graph, i) for i in nodes}
@@ -205,7 +222,7 @@ def attribution_figure(graph, pruned, tokens: Sequence[str], logit_tokens: Seque
             start = min(max(0.0, centres[T - 1] - step * len(logits) / 2), W - step * len(logits))
             xy[i] = (start + (n[1] + 0.5) * step, float(L + 1))
     infl = {i: float(pruned.node_influence[i]) for i in nodes}
-    names = _names(graph, kinds, tokens, logit_tokens, labels, groups, infl)
+    names = _names(graph, kinds, tokens, logit_tokens, labels, groups, infl, snippets)
     data = _edge_traces(graph, edges, xy)
     cells: dict[tuple, int] = {}  # (layer, position) -> how many nodes share it
     for n in kinds.values():
@@ -246,7 +263,7 @@ def attribution_figure(graph, pruned, tokens: Sequence[str], logit_tokens: Seque
             marker = dict(marker, size=[size(i) for i in which])
         trace = dict(type="scatter", mode="markers", x=[xy[i][0] for i in which], y=[xy[i][1] for i in which],
                      customdata=[ids[i] for i in which], hovertext=[names[i] for i in which], name=kind + "s",
-                     marker=marker, hovertemplate="%{hovertext}<extra></extra>",
+                     marker=marker, hovertemplate="%{hovertext}<extra></extra>", hoverlabel=HOVER,
                      showlegend=kind in ("feature", "error"))
         if kind == "token":  # a box as wide as its column allows, the token in it where it fits
             px = [min(26.0, max(8.0, 0.9 * widths[kinds[i][1]] * unit_px)) for i in which]

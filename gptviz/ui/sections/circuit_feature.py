@@ -4,39 +4,26 @@ beside the transcoder, ``python -m gptviz.transcoder_snippets``), and the tokens
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
-
 import numpy as np
 import streamlit as st
 import torch
 
-from ...interp.transcoder import input_hook, load_snippets
+from ...interp.sae import direction_logits
+from ...interp.transcoder import input_hook
 from ...present import figures
 from ...present.figures.features import activation_html
 from ...present.markdown_text import plain_md
 from .. import resources
 from ..widgets import plot
 from . import section
-from .circuits import View, _features_of, _view
+from .circuit_words import snippet_arrays, words
+from .circuits import View, _features_of, _view, chosen
 
 SNIPPETS_SHOWN = 5
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _snippet_file(file: str, mtime: float, n_layer: int) -> Optional[list]:
-    """Each layer's snippets as numpy arrays, read once per file version; None when the file is missing or bad."""
-    try:
-        per_layer, _ = load_snippets(file, n_layer)
-        return [{k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in d.items()}
-                for d in per_layer]
-    except (OSError, ValueError, KeyError, RuntimeError):
-        return None
-
-
 def _snippets(view: View, layer: int, feat: int, vocab) -> None:
-    path = Path(view.file.replace(".transcoder.safetensors", ".transcoder.snippets.safetensors"))
-    per_layer = _snippet_file(str(path), path.stat().st_mtime, view.tc.n_layer) if path.is_file() else None
+    per_layer = snippet_arrays(view.file, view.graph.n_layer)
     st.markdown("**Its strongest windows of the held-out plays** (Hamlet and Julius Caesar; the outlined token is "
                 "the strongest in its window):")
     if per_layer is None or feat >= per_layer[layer]["peak"].shape[0]:
@@ -65,8 +52,12 @@ def feature(ctx, *, key: str = "circ.feat", graph_key: str = "circ") -> None:
     if view is None:
         st.info(why, icon=":material/info:")
         return
-    g = view.graph
-    picked = _features_of(view, st.session_state.get(f"{graph_key}.chosen", []))
+    g, tc = view.graph, view.tc
+    if tc is None:
+        st.info("This model has no MLPs, so its graph has no features: its edges go from the tokens, through "
+                "attention, to the logits.", icon=":material/info:")
+        return
+    picked = _features_of(view, chosen(graph_key))
     if not picked:
         kept = [i for i in range(g.n_features) if bool(view.pruned.node_mask[i])]
         if not kept:
@@ -77,18 +68,20 @@ def feature(ctx, *, key: str = "circ.feat", graph_key: str = "circ") -> None:
         st.caption("Nothing selected yet: this is the graph's most influential feature. Click one on the graph.")
     layer, pos, feat = picked[0]
     st.subheader(f"Feature L{layer} #{feat} at '{plain_md(view.tokens[pos])}' (position {pos})")
+    label = words(ctx, view.file, view.mtime, tc)[0].get((layer, feat))
+    if label:
+        st.caption(f"**{plain_md(label)}**: its label, made from its held-out snippets and its decoder (the graph's "
+                   "hover shows it too).")
     tr = resources.traced_prompt(ctx.cfg_json, ctx.model_key, view.ids)
     x = torch.from_numpy(np.ascontiguousarray(np.asarray(tr[input_hook(layer)])[0])).float()
     with torch.no_grad():
-        acts = view.tc.encode(layer, x)[:, feat].numpy()
+        acts = tc.encode(layer, x)[:, feat].numpy()
     st.markdown(f"**Its activation on each token of the prompt** (the outlined token is this node's; largest "
                 f"{acts.max():.2f}):")
     st.markdown(activation_html(view.tokens, acts, float(acts.max()) or 1.0, pos), unsafe_allow_html=True)
     model, vocab = ctx.model, ctx.vocab_labels()
     _snippets(view, layer, feat, vocab)
-    with torch.no_grad():
-        row = view.tc.decoder_row(layer, feat)[-1] * model.transformer.ln_f.weight.detach().float()
-        logit = (row @ model.lm_head.weight.detach().float().T).numpy()
+    logit = direction_logits(model, tc.decoder_row(layer, feat)[-1]).numpy()
     up, down = np.argsort(-logit)[:10], np.argsort(logit)[:10]
     left, right = st.columns(2)
     with left:
@@ -98,7 +91,8 @@ def feature(ctx, *, key: str = "circ.feat", graph_key: str = "circ") -> None:
         plot(ctx, figures.bar_chart([vocab[t] for t in down], logit[down].tolist(),
                                     title=f"L{layer} #{feat} suppresses", x_title="logit per unit of activation"),
              key=f"{key}.down")
-    st.caption("Its decoder to the last MLP output it writes, times the final norm's gain, through the unembedding: "
-               "what it pushes for directly if nothing after it changed it (the norm's divisor left out).")
+    st.caption("Its decoder to the last MLP output it writes, read through the final norm's linear part "
+               "and the unembedding, as the SAE features page reads a feature: what it pushes for directly if nothing "
+               "after it changed it (the norm's divisor left out).")
 
 

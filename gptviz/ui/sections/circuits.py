@@ -43,6 +43,7 @@ from ..page import preset_label
 from ..waiting import queued
 from ..widgets import plot
 from . import section
+from .circuit_words import words
 
 MAX_PROMPT = 64  # tokens: the last 64 of the row are traced
 FEATURE_BUDGETS = (128, 256, 512, 1024, 2048, 4096)
@@ -72,8 +73,11 @@ def _same_shape(stored, cfg_json: str) -> bool:
 
 
 def shipped_transcoder(ctx, key: str) -> tuple[Optional[Transcoder], str, str]:
-    """(the transcoder shipped for the model in view, its file, "") or (None, "", why there is none, in words).
-    With both kinds shipped, ``{key}.kind`` in the session state chooses (cross-layer first)."""
+    """(the transcoder shipped for the model in view, its file, "") or (None, "", why there is none, in words);
+    (None, "", "") for an attention-only model, whose graph needs none. With both kinds shipped, ``{key}.kind`` in
+    the session state chooses (cross-layer first)."""
+    if ctx.cfg.attn_only and not why_no_replacement(ctx.cfg):
+        return None, "", ""
     have = available()
     which = (f" A transcoder ships with: {', '.join(preset_label(CKPT_PREFIX + n) for n in have)}. Choose it in the "
              "sidebar's Model menu." if have else " None ships yet: `python -m gptviz.train_transcoder` makes one.")
@@ -100,7 +104,7 @@ def shipped_transcoder(ctx, key: str) -> tuple[Optional[Transcoder], str, str]:
 class View:  # a computed graph and what the sections show with it
     graph: object
     pruned: object
-    tc: Transcoder
+    tc: Optional[Transcoder]  # None: an attention-only model, attributed as it is (no features)
     ids: tuple
     tokens: list
     logit_tokens: list
@@ -140,7 +144,7 @@ def _last_probs(ctx, ids: tuple) -> np.ndarray:
 def _view(ctx, key: str) -> tuple[Optional[View], str]:
     """The graph for the settings in the session state (drawn by ``graph``), or None and why not."""
     tc, file, why = shipped_transcoder(ctx, key)
-    if tc is None:
+    if why:
         return None, why
     ids, cut = _prompt(ctx)
     if not ids:
@@ -148,7 +152,7 @@ def _view(ctx, key: str) -> tuple[Optional[View], str]:
     target = st.session_state.get(f"{key}.target", SALIENT)
     logit_ids = None if target == SALIENT else (int(target),)
     budget = int(st.session_state.get(f"{key}.budget", DEFAULT_BUDGET))
-    mtime = Path(file).stat().st_mtime
+    mtime = Path(file).stat().st_mtime if file else 0.0
     args = (str(ctx.model_key), file, mtime, ids, logit_ids, budget)
     try:
         if ctx.cfg.num_params() > resources.BIG_MODEL_PARAMS:
@@ -182,8 +186,22 @@ def _picked(event) -> list[str]:
     return out
 
 
+def chosen(graph_key: str) -> list:
+    """The nodes selected on the graph drawn under ``graph_key``. Kept under a key of its own (not the multiselect's,
+    which Streamlit drops on a run that does not draw it), so a section drawn without the graph, as a lesson's next
+    step draws it, still reads the selection."""
+    return list(st.session_state.get(f"{graph_key}.chosen", st.session_state.get(f"{graph_key}.kept", [])))
+
+
 def _groups() -> list:
     return groups if isinstance(groups := st.session_state.get(GROUPS), list) else []
+
+
+ATTENTION_ONLY = ("This model has no MLPs, so no transcoder stands in for anything: with its attention patterns and "
+                  "norm divisors frozen it is already linear from its tokens to its logits, and the graph has no "
+                  "features and no errors. Each edge is what a token's embedding adds to a logit through every "
+                  "attention path. How its heads compose (the induction circuit's K-composition) is on the "
+                  "Attention page.")
 
 
 def _figures_line(tc: Transcoder) -> str:
@@ -234,7 +252,7 @@ def graph(ctx, *, key: str = "circ") -> bool:
     if not nav.decoder_only(ctx, "The attribution graph"):
         return False
     tc, _, why = shipped_transcoder(ctx, key)
-    if tc is None:
+    if why:
         st.info(why, icon=":material/info:")
         return False
     ids, cut = _prompt(ctx)
@@ -249,6 +267,8 @@ def graph(ctx, *, key: str = "circ") -> bool:
         return False
     g, pr = view.graph, view.pruned
     chosen_key = f"{key}.chosen"
+    if chosen_key not in st.session_state and f"{key}.kept" in st.session_state:  # back on the graph: as it was
+        st.session_state[chosen_key] = list(st.session_state[f"{key}.kept"])
     clicked = _picked(st.session_state.get(f"{key}.fig"))
     if clicked != st.session_state.get(f"{key}.seen"):  # a new click or selection (not a stale one)
         st.session_state[f"{key}.seen"] = clicked
@@ -260,13 +280,16 @@ def graph(ctx, *, key: str = "circ") -> bool:
     st.session_state[chosen_key] = [c for c in st.session_state.get(chosen_key, []) if c in ids_drawn]
     says = "the most likely next tokens" if g.logit_ids.numel() > 1 else f"'{view.logit_tokens[0]}'"
     title = (f"Attribution graph of {says} after '{view.tokens[-1]}' · {len(nodes)} nodes, {len(edges)} edges")
-    fig = attribution_figure(g, pr, view.tokens, view.logit_tokens, figures.escape_label(title), groups=_groups(),
-                             picked=st.session_state[chosen_key], max_edges=limit)
+    labels, snippets = words(ctx, view.file, view.mtime, view.tc) if view.tc is not None else ({}, {})
+    fig = attribution_figure(g, pr, view.tokens, view.logit_tokens, figures.escape_label(title), labels=labels,
+                             snippets=snippets, groups=_groups(), picked=st.session_state[chosen_key],
+                             max_edges=limit)
     with area:
         plot(ctx, fig, key=f"{key}.fig", on_select="rerun", selection_mode=("points", "box", "lasso"))
     names = {node_id(g, i): node_words(g.node(i), view.tokens, view.logit_tokens) for i in nodes}
     st.multiselect("Selected nodes (click one on the graph; for several, its box or lasso tool, top right)",
                    ids_drawn, key=chosen_key, format_func=lambda n: names.get(n, n))
+    st.session_state[f"{key}.kept"] = list(st.session_state[chosen_key])
     kept_f = int(pr.node_mask[: g.n_features].sum())
     st.caption(f"{kept_f} of {g.n_features} feature nodes ({g.meta.get('n_active', '?')} features were active) and "
                f"{total} edges kept"
@@ -290,7 +313,7 @@ def graph(ctx, *, key: str = "circ") -> bool:
     m2.metric("Completeness score", f"{sc['completeness']:.1%}")
     m2.caption("The share of each node's direct inputs that are features or tokens rather than error nodes, averaged "
                "by the node's influence.")
-    st.caption(_figures_line(view.tc))
+    st.caption(_figures_line(view.tc) if view.tc is not None else ATTENTION_ONLY)
     return True
 
 
@@ -300,9 +323,9 @@ def _features_of(view: View, members) -> list[tuple[int, int, int]]:
     return [tuple(by_id[m][1:4]) for m in members if m in by_id]
 
 
-def _add_group(name_key: str, chosen_key: str) -> None:
+def _add_group(name_key: str, graph_key: str) -> None:
     name = str(st.session_state.get(name_key) or "").strip()[:MAX_NAME_CHARS]
-    members = [str(m) for m in st.session_state.get(chosen_key, [])]
+    members = [str(m) for m in chosen(graph_key)]
     groups = _groups()
     if name and members and len(groups) < MAX_SUPERNODES:
         st.session_state[GROUPS] = [*groups, [name, *members]]
@@ -318,16 +341,16 @@ def _remove_group(i: int) -> None:
 @section("circuits.supernodes")
 def supernodes(ctx, *, key: str = "circ.groups", graph_key: str = "circ") -> None:
     """Name the selected nodes as a group (a supernode); the groups, each with a remove button."""
-    chosen = st.session_state.get(f"{graph_key}.chosen", [])
+    picked = chosen(graph_key)
     c1, c2 = st.columns([4, 1])
     c1.text_input("Name for the selected nodes", key=f"{key}.name", max_chars=MAX_NAME_CHARS,
                   placeholder="e.g. 'end of a word'", help="A group of nodes that do one job together (a supernode); "
                   "it is named in the graph's hover and goes into the JSON download.")
     c2.write("")
     full = len(_groups()) >= MAX_SUPERNODES
-    c2.button("Group", key=f"{key}.add", icon=":material/group_work:", disabled=not chosen or full,
-              on_click=_add_group, args=(f"{key}.name", f"{graph_key}.chosen"),
-              help=f"Select nodes first; at most {MAX_SUPERNODES} groups." if not chosen or full else None)
+    c2.button("Group", key=f"{key}.add", icon=":material/group_work:", disabled=not picked or full,
+              on_click=_add_group, args=(f"{key}.name", graph_key),
+              help=f"Select nodes first; at most {MAX_SUPERNODES} groups." if not picked or full else None)
     view, _ = _view(ctx, graph_key)
     here = {node_id(view.graph, i) for i in range(view.graph.n_nodes)} if view is not None else set()
     for i, g in enumerate(_groups()):
@@ -372,8 +395,11 @@ def interventions(ctx, *, key: str = "circ.int", graph_key: str = "circ") -> Non
                         format_func=lambda o: "the selected nodes' features" if o == "selected"
                         else f"group: {groups[int(o.split()[1])][0]}")
     scale = c2.slider("by (0: switched off, 1: as they are)", 0.0, 2.0, 0.0, 0.1, key=f"{key}.scale")
-    members = st.session_state.get(f"{graph_key}.chosen", []) if what == "selected" else \
+    members = chosen(graph_key) if what == "selected" else \
         groups[int(what.split()[1])][1:]
+    if view.tc is None:
+        st.info("This model has no MLPs, so its graph has no features to scale.", icon=":material/info:")
+        return
     feats = _features_of(view, members)
     if not feats:
         st.info("No feature node of this graph is in it: select feature nodes on the graph (or make a group of them).")
@@ -408,7 +434,7 @@ def download(ctx, *, key: str = "circ.json", graph_key: str = "circ") -> None:
     args = (view.graph, view.pruned, prompt, [tok.decode([t]) for t in view.ids],
             [tok.decode([int(t)]) for t in view.graph.logit_ids], slug(prompt), SCAN,
             float(st.session_state.get(f"{graph_key}.nodes", NODE_THRESHOLD)))
-    pinned, groups = list(st.session_state.get(f"{graph_key}.chosen", [])), [list(g) for g in _groups()]
+    pinned, groups = chosen(graph_key), [list(g) for g in _groups()]
     st.download_button("Download the graph as JSON", lambda: json.dumps(graph_json(*args, pinned=pinned,
                        supernodes=groups)).encode("utf-8"), file_name=f"{slug(prompt)}.json", mime="application/json",
                        key=f"{key}.dl", icon=":material/download:", on_click="ignore",
