@@ -18,7 +18,8 @@ from gptviz.present import url_params
 
 LANGS = ["es", "zh"]
 ALL = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
-       "05_logits_to_text", "06_attention_is_not_explanation", "07_routes_neurons_features"]
+       "05_logits_to_text", "06_attention_is_not_explanation", "07_routes_neurons_features",
+       "08_tracing_a_circuit"]
 # the lessons translated so far, by language
 TRANSLATED = {"es": ALL, "zh": ALL}
 TEXT = "the cat sat on the mat. the dog sat on the log."

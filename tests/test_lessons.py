@@ -14,7 +14,8 @@ from gptviz.interp.head_detector import repeated_probe
 from gptviz.present import lessons as L
 
 SHIPPED = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
-           "05_logits_to_text", "06_attention_is_not_explanation", "07_routes_neurons_features"]
+           "05_logits_to_text", "06_attention_is_not_explanation", "07_routes_neurons_features",
+           "08_tracing_a_circuit"]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from gptviz.text.batches import DEFAULT_PROMPT
 PAGE = str(ROOT / "app_pages" / "lessons.py")
 TIMEOUT = 180
 LESSONS = ["01_text_to_token_ids", "02_one_attention_head", "03_initial_loss", "04_what_training_changes",
-           "05_logits_to_text", "06_attention_is_not_explanation", "07_routes_neurons_features"]
+           "05_logits_to_text", "06_attention_is_not_explanation", "07_routes_neurons_features",
+           "08_tracing_a_circuit"]
 
 
 def open_page(**query) -> AppTest:
