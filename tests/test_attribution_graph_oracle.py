@@ -336,3 +336,43 @@ def test_an_attention_only_model_is_attributed_without_a_transcoder_and_equals_a
         attribute(model, toy_transcoder(model, True), ids)
     with pytest.raises(ValueError, match="needs a transcoder"):
         attribute(load_checkpoint(CHECKPOINTS / "shakespeare.safetensors").model, None, ids[:4])
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["per-layer", "cross-layer"])
+def test_a_logits_inputs_add_up_to_the_logit_less_what_no_node_carries(shakespeare, cross):
+    """The frozen replacement is affine in what the nodes write (token embeddings; each MLP output less the
+    transcoder's b_dec, which is features plus errors). So a logit row's edges, features, errors and tokens together,
+    add up to the logit (minus the vocabulary's mean) less the same logit with every node's write set to zero, both
+    computed here by running the model with its patterns and norm divisors held."""
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:12]
+    tc = toy_transcoder(model, cross)
+    graph = attribute(model, tc, ids)
+    x = torch.tensor([ids])
+    tr = trace(model, x)
+    L, W_U = model.config.n_layer, model.lm_head.weight.detach()
+
+    def logit(token, zero):
+        seen = {}
+
+        def rec(name, t):
+            if name == "hook_embed":
+                t = torch.zeros_like(t) if zero else tr[name]
+            elif name.endswith("hook_scale") or name.endswith("hook_pattern"):
+                t = tr[name]
+            elif name in {output_hook(m) for m in range(L)}:
+                t = tc.b_dec[int(name.split(".")[1])].detach().expand_as(t) if zero else tr[name]
+            seen[name] = t
+            return t
+
+        with torch.no_grad():
+            model.run(x, rec=rec)
+        return float(seen["ln_final.hook_out"][0, -1].double() @ (W_U[token] - W_U.mean(0)).double())
+
+    for k in range(graph.logit_ids.numel()):
+        token = int(graph.logit_ids[k])
+        whole = float(graph.adjacency[graph.logit_index(k)].double().sum())
+        assert abs(whole - (logit(token, False) - logit(token, True))) < 2e-3 * max(1.0, abs(whole))
+    token = int(graph.logit_ids[0])  # the real logit, as the model computes it without anything held
+    last = tr.logits[0, -1].double()
+    assert abs(logit(token, False) - float(last[token] - last.mean())) < 1e-3
