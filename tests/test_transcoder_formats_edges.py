@@ -168,3 +168,14 @@ def test_the_config_it_writes_and_where(tmp_path):
     back = load_circuit_tracer(out)
     assert back.activation == "relu" and not back.cross_layer and back.meta == {"format_read": "circuit-tracer",
                                                                                 "source": "nested"}
+
+
+def test_extra_tensors_are_named_three_at_most_and_a_topk_save_is_refused_in_full(tmp_path):
+    extra = {f"W_skip_{j}": torch.zeros(1) for j in range(4)}
+    write_folder(tmp_path / "a", extra={0: extra})
+    assert refused(tmp_path / "a").startswith("W_enc_0.safetensors holds W_skip_0, W_skip_1, W_skip_2, which gptviz "
+                                              "does not compute")
+    with pytest.raises(ValueError) as err:
+        save_circuit_tracer(Transcoder(2, 3, 4, 2, True), tmp_path / "k")
+    assert str(err.value) == ("circuit-tracer computes ReLU and JumpReLU transcoders, not 'topk': turn a TopK "
+                              "transcoder into a JumpReLU one first (as_jumprelu)")
