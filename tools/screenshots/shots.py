@@ -99,7 +99,7 @@ SPECIAL = [
          act=lambda page, browser, url: _scroll(page, 260)),
     Shot("lesson8-composition", address("Lessons", lesson="08_tracing_a_circuit", lstep="7"),
          "lesson 8's K-composition step on the induction-heads model, scrolled to the map",
-         act=lambda page, browser, url: _scroll(page, 560)),
+         act=lambda page, browser, url: _scroll(page, 300)),
     Shot("live_class_projector", address("Lessons", lesson="01_text_to_token_ids", preset="default"),
          "a live class in presenter mode, after three students answered and before Reveal",
          chart=False, act=three_students_answered),

@@ -7,8 +7,13 @@ squares, tokens labelled boxes, logits labelled diamonds with their probability.
 excites and vermillion where it inhibits (Okabe and Ito's colours, apart for the common colour blindnesses), wider
 the larger its weight. Only the positions that carry a drawn node get a column, spread across the width, so a graph
 of a long prompt does not crowd into one column at the right edge; features of one (layer, position) sit side by
-side. Every marker carries its node id (``graph_json.node_id``) as ``customdata``, so a click names the node; a
-feature's hover names it, with its label and its strongest snippets when they are given.
+side. The figure is laid out for the width it is drawn at (``plot_px``: the Circuits page's, or a lesson's narrower
+column): every column is at least ``MIN_COLUMN_PX`` wide there, so a position that holds only its token stays
+readable beside a crowded one; where too many columns share the width for that, a token's label is left out where it
+would run into a neighbour's (its box and hover still name it). The legend sits under the plot, out of the title's
+way at any width. Every marker carries its node id
+(``graph_json.node_id``) as ``customdata``, so a click names the node; a feature's hover names it, with its label and
+its strongest snippets when they are given.
 
 Also ``intervention_bars``: each target logit's change when features are scaled, as the graph predicts it and as the
 model computes it.
@@ -38,9 +43,20 @@ DRAWN_EDGES = 400
 BINS = (0.0, 0.1, 0.25, 0.5, 1.01)  # |weight| over the largest drawn, in four widths
 SPREAD = 0.84  # the share of a column its nodes at one (layer, position) spread over
 PER_ROW, MAX_SUB_ROWS, SUB_ROW_DY = 12, 3, 0.24  # a crowded (layer, position): staggered rows, this far apart
-TOKEN_ONLY = 0.55  # the width of a column that holds only its token (a column of nodes is at least 0.8)
+TOKEN_ONLY = 0.55  # the width of a column that holds only its token (a column of nodes is at least 0.8), before
+# the minimum below: beside a column of a dozen features side by side (9.6) it would be a hair-thin line
 PLOT_PX = 700  # about how wide the plot area is on a 1280-pixel screen with the sidebar open
+# A lesson's step draws it in its right-hand column: a plot area of about 310 px at 1280×720, and in presenter mode
+# about 450 px at one and a half times the fonts (300 at these).
+NARROW_PX = 300
+# Every column gets at least MIN_COLUMN_PX of the plot's width, room for a token's upright label at the tick font
+# (14 px) and its box; but together the raised columns never take more than MAX_RAISED of the width (a long prompt
+# with many drawn positions: then labels are left out rather than crowded).
+MIN_COLUMN_PX = 22
+MAX_RAISED = 0.5
+LABEL_LINE = 1.4  # an upright tick label takes this many times its font size across (its box: 1.3), with room to spare
 LOGIT_PX = 66  # room for a logit's label
+LOGIT_LABEL_PX = 30  # between the plot and its title: the logits' labels (two lines over each diamond) reach into it
 MAX_SNIPPETS = 2  # snippets in a feature's hover
 HOVER = dict(align="left", bgcolor="white", bordercolor="#555555", font=dict(size=14, color="#111111"))  # projector
 
@@ -71,23 +87,60 @@ def sub_rows(n: int) -> int:
     return max(1, min(MAX_SUB_ROWS, math.ceil(n / PER_ROW)))
 
 
-def columns(kinds: dict[int, tuple], n_pos: int) -> tuple[list[float], list[float]]:
+def columns(kinds: dict[int, tuple], n_pos: int, plot_px: float = PLOT_PX) -> tuple[list[float], list[float]]:
     """(centres, widths) of the position columns 0 … n_pos - 1: only the positions with a drawn node (and the last,
     where the prediction is made) get a column, side by side, wider the more nodes share one (layer, position) there
-    (a position with only its token, narrow); the others have width 0 (no column, no tick)."""
+    (a position with only its token, narrow), and none narrower than ``MIN_COLUMN_PX`` of a ``plot_px``-wide plot
+    (see ``raised``); the others have width 0 (no column, no tick)."""
     crowd: dict[tuple[int, int], int] = {}
     for node in kinds.values():
         if node[0] in ("feature", "error"):
             crowd[node[2], node[1]] = crowd.get((node[2], node[1]), 0) + 1
     used = {_pos(n, n_pos - 1) for n in kinds.values()} | {n_pos - 1}
-    centres, widths, x = [], [], 0.0
+    natural = []
     for i in range(n_pos):
         most = max((math.ceil(c / sub_rows(c)) for (p, _), c in crowd.items() if p == i), default=0)
-        w = (max(0.8, 0.8 * most) if most else TOKEN_ONLY) if i in used else 0.0
+        natural.append((max(0.8, 0.8 * most) if most else TOKEN_ONLY) if i in used else 0.0)
+    widths = raised(natural, MIN_COLUMN_PX / plot_px)
+    centres, x = [], 0.0
+    for w in widths:
         centres.append(x + w / 2)
-        widths.append(w)
         x += w
     return centres, widths
+
+
+def raised(natural: Sequence[float], least: float) -> list[float]:
+    """The column widths with every drawn one (width > 0) raised to at least a share of the whole x range (the
+    widths and the range's 0.6 of padding): ``least``, or less when there are so many columns that together they
+    would take more than ``MAX_RAISED``. The whole depends on the raised columns, so the floor is found as a fixed
+    point (a contraction: the raised columns' shares add up to at most ``MAX_RAISED`` < 1)."""
+    drawn_n = sum(1 for w in natural if w > 0)
+    if not drawn_n:
+        return list(natural)
+    share = min(least, MAX_RAISED / drawn_n)
+    total = sum(natural) + 0.6
+    for _ in range(100):
+        floor = share * total
+        new = sum(max(w, floor) for w in natural if w > 0) + 0.6
+        if abs(new - total) <= 1e-9 * new:
+            break
+        total = new
+    floor = share * total
+    return [max(w, floor) if w > 0 else 0.0 for w in natural]
+
+
+def _spaced(centres: Sequence[float], widths: Sequence[float], shown: Sequence[int], gap: float) -> list[int]:
+    """The positions among ``shown`` whose labels are kept: all of them when their columns are at least ``gap``
+    apart (x units), else a label only where it clears every kept one, the last position's (the prediction's) first,
+    then the columns with the most nodes (the widest), then the rest from the right."""
+    if all(widths[i] >= gap for i in shown):
+        return list(shown)
+    order = sorted(shown, key=lambda i: (i != shown[-1], -round(widths[i], 9), -i))
+    kept: list[int] = []
+    for i in order:
+        if all(abs(centres[i] - centres[j]) >= gap for j in kept):
+            kept.append(i)
+    return sorted(kept)
 
 
 def tick_labels(tokens: Sequence[str], widths: Sequence[float]) -> tuple[list[int], list[str]]:
@@ -135,7 +188,7 @@ def _edge_traces(graph, edges, xy) -> list[dict]:
     top = max(abs(w) for w in weights) or 1.0
     data, heaviest = [], {}
     for lo, hi in zip(BINS[:-1], BINS[1:]):  # light first: the heavy edges are drawn over them
-        for sign, colour, name in ((1, POS_COLOR, "edge: excites (+)"), (-1, NEG_COLOR, "edge: inhibits (−)")):
+        for sign, colour, name in ((1, POS_COLOR, "excites (+)"), (-1, NEG_COLOR, "inhibits (−)")):
             xs, ys = [], []
             for (t, s), w in zip(edges, weights):
                 if (w > 0 if sign > 0 else w < 0) and lo <= abs(w) / top < hi:
@@ -196,19 +249,22 @@ def attribution_figure(graph, pruned, tokens: Sequence[str], logit_tokens: Seque
                        labels: Optional[Mapping[tuple[int, int], str]] = None,
                        snippets: Optional[Mapping[tuple[int, int], Sequence[Sequence[str]]]] = None,
                        groups: Sequence[Sequence[str]] = (), picked: Sequence[str] = (),
-                       max_edges: int = MAX_EDGES) -> go.Figure:
+                       max_edges: int = MAX_EDGES, legend: bool = True, plot_px: float = PLOT_PX) -> go.Figure:
     """The pruned graph (see the module's docstring). ``tokens``: the prompt's token labels, one per position;
     ``logit_tokens``: the target logits' tokens; ``labels``: (layer, feature) -> a feature's name; ``snippets``:
     (layer, feature) -> its strongest snippets as (before, peak token, after) texts, the first ``MAX_SNIPPETS`` shown
     in its hover; ``groups``: supernodes ``[name, node id, ...]`` (named in the hover); ``picked``: node ids drawn
-    ringed. Every text is escaped here."""
+    ringed; ``legend``: False leaves the legend out (where the text beside the graph says what its marks mean and the
+    height is short: a lesson step in presenter mode); ``plot_px``: about how wide the plot area is where it is drawn
+    (``NARROW_PX`` in a lesson's column), which sets the columns' least width, the labels' size and spacing and the
+    markers' room. Every text is escaped here."""
     labels, snippets, L, T = labels or {}, snippets or {}, graph.n_layer, graph.n_pos
     nodes, edges, _ = drawn(graph, pruned, max_edges)
     kinds = {i: graph.node(i) for i in nodes}
     ids = {i: node_id(graph, i) for i in nodes}
-    centres, widths = columns(kinds, T)
+    centres, widths = columns(kinds, T, plot_px)
     W = sum(widths)
-    unit_px = PLOT_PX / (W + 0.6)
+    unit_px = plot_px / (W + 0.6)
     slots = _slots(kinds)
     logits = [i for i in nodes if kinds[i][0] == "logit"]
     step = min(max(1.0, LOGIT_PX / unit_px), W / max(1, len(logits)))
@@ -273,21 +329,37 @@ def attribution_figure(graph, pruned, tokens: Sequence[str], logit_tokens: Seque
                          text=[t if text_px(t, 13) <= p - 2 else "" for t, p in zip(box, px)])
         if kind == "logit":
             words = [_show(logit_tokens[kinds[i][1]]) if kinds[i][1] < len(logit_tokens) else "?" for i in which]
-            trace.update(mode="markers+text", textposition="top center", textfont=dict(size=14),
+            # the labels may reach above the plot area, into the room kept under the title (LOGIT_LABEL_PX)
+            trace.update(mode="markers+text", textposition="top center", textfont=dict(size=14), cliponaxis=False,
                          text=[f"'{w}'<br>{kinds[i][3]:.0%}" for w, i in zip(words, which)])
         data.append(trace)
+    # upright labels one column each, smaller where columns are narrow, and past the smallest font some left out
     shown, ticktext = tick_labels(tokens, widths)
-    narrow = min(widths[i] for i in shown) * unit_px  # upright labels one column each, smaller where columns are
-    tick_font = dict(TICK_FONT, size=int(max(10, min(TICK_FONT["size"], 0.9 * narrow))))
+    narrow = min(widths[i] for i in shown) * unit_px
+    tick_font = dict(TICK_FONT, size=int(max(10, min(TICK_FONT["size"], narrow / LABEL_LINE))))
+    keep = set(_spaced(centres, widths, shown, LABEL_LINE * tick_font["size"] / unit_px))
+    ticktext = [t for t, i in zip(ticktext, shown) if i in keep]
+    shown = [i for i in shown if i in keep]
     xa = axis("", range=[-0.3, W + 0.3], tickmode="array", tickvals=[centres[i] for i in shown], ticktext=ticktext,
               tickfont=tick_font)
+    del xa["title"]  # no title at all: plotly.js keeps a line of room under the tick labels even for an empty one
     if any(text_px(t, tick_font["size"]) > widths[i] * unit_px - 4 for t, i in zip(ticktext, shown)):
         xa["tickangle"] = -90
     ya = axis("layer", range=[-0.45, L + 1.9], tickmode="array", tickvals=list(range(L + 2)),
               ticktext=["tokens (E)", *(f"L{layer}" for layer in range(L)), "logits"], tickfont=TICK_FONT)
+    # The legend under the plot, below the tick labels: placed in the whole figure's coordinates (yref "container"),
+    # Plotly keeps its height free at the bottom on top of the margin the tick labels push, so it never meets them,
+    # nor the title, however narrow the column and however large presenter mode's fonts (a legend at the top grew
+    # into the title when its entries wrapped onto two rows). The title just above the plot: the top margin grows to
+    # hold it (however many lines, at any font size) and LOGIT_LABEL_PX under it for the target logits' labels.
     layout = base_layout(title, int(min(700, 320 + 48 * L)), xaxis=xa, yaxis=ya, hovermode="closest",
                          dragmode=False, uirevision=f"{T}-{L}-{graph.n_features}",  # a box or lasso tool kept
-                         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0, font=TICK_FONT))
+                         legend=dict(orientation="h", xref="container", yref="container", x=0.0, xanchor="left",
+                                     y=0.0, yanchor="bottom", font=TICK_FONT))
+    layout["title"].update(yref="paper", y=1.0, yanchor="bottom", automargin=True, pad=dict(b=LOGIT_LABEL_PX))
+    layout["margin"] = dict(layout["margin"], t=10)
+    if not legend:
+        layout["showlegend"] = False
     return figure(data, layout)
 
 
@@ -318,5 +390,6 @@ def intervention_bars(tokens: Sequence[str], predicted, real, title: str) -> go.
     xa.update(zeroline=True, zerolinecolor="#444444")
     layout = base_layout(title, int(min(620, max(260, 44 * len(tokens) + 140))), xaxis=xa,
                          yaxis=axis("target logit", reverse=True, **tick), barmode="group",
-                         legend=dict(font=TICK_FONT, orientation="h", y=-0.2))
+                         legend=dict(font=TICK_FONT, orientation="h", xref="container", yref="container", x=0.0,
+                                     xanchor="left", y=0.0, yanchor="bottom"))  # under the axis title, never on it
     return figure(bars, layout)

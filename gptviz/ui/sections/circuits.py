@@ -29,6 +29,8 @@ from ...present import figures
 from ...present.figures.attribution_graph import (
     DRAWN_EDGES,
     MAX_EDGES,
+    NARROW_PX,
+    PLOT_PX,
     attribution_figure,
     drawn,
     intervention_bars,
@@ -246,9 +248,10 @@ def _controls(ctx, key: str, ids: tuple, choices: int) -> None:
 
 
 @section("circuits.graph")
-def graph(ctx, *, key: str = "circ") -> bool:
+def graph(ctx, *, key: str = "circ", narrow: bool = False) -> bool:
     """The pruned attribution graph of the text's last prediction, with its settings; a click, box or lasso on it
-    selects nodes. True when a graph is drawn."""
+    selects nodes. ``narrow``: drawn in a narrower column than the page's (a lesson's step): the figure is laid out
+    for it. True when a graph is drawn."""
     if not nav.decoder_only(ctx, "The attribution graph"):
         return False
     tc, _, why = shipped_transcoder(ctx, key)
@@ -279,11 +282,14 @@ def graph(ctx, *, key: str = "circ") -> bool:
     ids_drawn = [node_id(g, i) for i in nodes]
     st.session_state[chosen_key] = [c for c in st.session_state.get(chosen_key, []) if c in ids_drawn]
     says = "the most likely next tokens" if g.logit_ids.numel() > 1 else f"'{view.logit_tokens[0]}'"
-    title = (f"Attribution graph of {says} after '{view.tokens[-1]}' · {len(nodes)} nodes, {len(edges)} edges")
+    # two lines, each short enough for a lesson's column and for presenter mode's larger title
+    title = (figures.escape_label(f"Attribution graph of {says}") + "<br>"
+             + figures.escape_label(f"after '{view.tokens[-1]}' · {len(nodes)} nodes, {len(edges)} edges"))
     labels, snippets = words(ctx, view.file, view.mtime, view.tc) if view.tc is not None else ({}, {})
-    fig = attribution_figure(g, pr, view.tokens, view.logit_tokens, figures.escape_label(title), labels=labels,
+    fig = attribution_figure(g, pr, view.tokens, view.logit_tokens, title, labels=labels,
                              snippets=snippets, groups=_groups(), picked=st.session_state[chosen_key],
-                             max_edges=limit)
+                             max_edges=limit, legend=not ctx.style,  # presenter mode: the lesson's text says it
+                             plot_px=NARROW_PX if narrow else PLOT_PX)
     with area:
         plot(ctx, fig, key=f"{key}.fig", on_select="rerun", selection_mode=("points", "box", "lasso"))
     names = {node_id(g, i): node_words(g.node(i), view.tokens, view.logit_tokens) for i in nodes}
@@ -342,22 +348,24 @@ def _remove_group(i: int) -> None:
 def supernodes(ctx, *, key: str = "circ.groups", graph_key: str = "circ") -> None:
     """Name the selected nodes as a group (a supernode); the groups, each with a remove button."""
     picked = chosen(graph_key)
-    c1, c2 = st.columns([4, 1])
-    c1.text_input("Name for the selected nodes", key=f"{key}.name", max_chars=MAX_NAME_CHARS,
-                  placeholder="e.g. 'end of a word'", help="A group of nodes that do one job together (a supernode); "
-                  "it is named in the graph's hover and goes into the JSON download.")
-    c2.write("")
+    # one row that gives the button its whole label and the name field the rest, at any width (fixed column
+    # shares cut the button to "G…" in a lesson's narrower column)
+    row = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+    row.text_input("Name for the selected nodes", key=f"{key}.name", max_chars=MAX_NAME_CHARS,
+                   placeholder="e.g. 'end of a word'", help="A group of nodes that do one job together (a supernode); "
+                   "it is named in the graph's hover and goes into the JSON download.", width="stretch")
     full = len(_groups()) >= MAX_SUPERNODES
-    c2.button("Group", key=f"{key}.add", icon=":material/group_work:", disabled=not picked or full,
-              on_click=_add_group, args=(f"{key}.name", graph_key),
-              help=f"Select nodes first; at most {MAX_SUPERNODES} groups." if not picked or full else None)
+    row.button("Group", key=f"{key}.add", icon=":material/group_work:", disabled=not picked or full,
+               on_click=_add_group, args=(f"{key}.name", graph_key), width="content",
+               help=f"Select nodes first; at most {MAX_SUPERNODES} groups." if not picked or full else None)
     view, _ = _view(ctx, graph_key)
     here = {node_id(view.graph, i) for i in range(view.graph.n_nodes)} if view is not None else set()
     for i, g in enumerate(_groups()):
-        a, b = st.columns([5, 1])
+        line = st.container(horizontal=True, vertical_alignment="center", gap="small")
         inside = sum(1 for m in g[1:] if m in here)
-        a.markdown(f"**{plain_md(g[0])}**: {len(g) - 1} node(s), {inside} in this graph")
-        b.button("Remove", key=f"{key}.rm.{i}", on_click=_remove_group, args=(i,), icon=":material/delete:")
+        line.markdown(f"**{plain_md(g[0])}**: {len(g) - 1} node(s), {inside} in this graph", width="stretch")
+        line.button("Remove", key=f"{key}.rm.{i}", on_click=_remove_group, args=(i,), icon=":material/delete:",
+                    width="content")
 
 
 def _intervene_fn():

@@ -39,13 +39,14 @@ def composition_view(ctx, *, key: str = "comp", mode: Optional[str] = None) -> N
         mode = st.segmented_control("Which input of the later head", list(MODE_LABELS), default="K",
                                     format_func=MODE_LABELS.get, key=f"{key}.mode") or "K"
     s = _scores(ctx.cfg_json, ctx.model_key, bool(ctx.untrained), mode, _model=ctx.model)
+    # the map first, where the first screen shows it; what its cells mean under it
+    plot(ctx, fig.composition_heatmap(s, mode, f"{mode}-composition: earlier heads into later heads"), key=key)
     st.caption(f"**{mode}-composition**: {composition.MEANING[mode]}. Each cell is ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖) for the "
                "earlier head's OV circuit W_A and the later head's "
                + {"Q": "QK circuit", "K": "QK circuit, transposed", "V": "OV circuit"}[mode]
                + ", from the weights alone (biases and your edits left out): 0 when B ignores everything A can "
                f"write, 1 at most; two random matrices give about 1/√d_model ≈ {1 / np.sqrt(ctx.cfg.n_embd):.2f}. "
                "As TransformerLens's `all_composition_scores`, without folding the norms' gains into the weights.")
-    plot(ctx, fig.composition_heatmap(s, mode, f"{mode}-composition: earlier heads into later heads"), key=key)
     try:
         kinds = head_detector.detect(ctx.trace(), ctx.b)
         pr = resources.probe_scores(ctx.cfg_json, ctx.model_key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import inspect
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +36,9 @@ PRESENT_STYLE = {"font_scale": 1.5, "max_height": 370}
 # (Previous, the counter, Next) and between them the step in two panels of this height. What does not fit in a
 # panel (a long text, a formula opened under the chart) scrolls inside it: the page itself never scrolls.
 PRESENT_PANEL_PX = 510
+# In a step with a question, the text's box gives way to the question's in the left panel (its CSS classes,
+# st-key-…, in static/lessons.css): the choices and Reveal are never scrolled out of the panel.
+PRESENT_TEXT_BOX, PRESENT_QUESTION_BOX = "lesson_present_text", "lesson_present_question"
 STATIC = Path(__file__).resolve().parents[1] / "static"
 PRESENT_MARKER = "/* presenter mode */"
 
@@ -227,6 +231,8 @@ def _draw(view: str, c, key: str, options: dict, highlight=None, words: lessons.
         kw["highlight"] = highlight
     if "prompt" in params and "prompt" not in kw:  # what the model reads: the text as it was tokenised
         kw["prompt"] = c.tok.decode(c.batch.x[c.b, : c.n_pos].tolist())
+    if "narrow" in params:  # a view that lays itself out for its width: a step's column is narrower than a page
+        kw.setdefault("narrow", True)
     hook = kw.get("hook") if fn is get("step") else None  # a step of the trace: "step" draws it
     formula_below = bool(c.style) and bool(hook) and not {"formula", "code"} & set(kw)
     if formula_below:  # presenter mode: the chart and its sentence in the panel, formula and code folded under it
@@ -323,18 +329,23 @@ def step(ctx, *, key: str = PAGE_KEY, place: Place) -> None:
         right = right.container(height=PRESENT_PANEL_PX, border=False)
     with left:
         fold = is_revealed or (place.live is not None and question is not None)  # live: students read it at desks
-        if fold and place.present:  # the answer (or the class's live count) where the class looks: the text folds
-            with st.expander(place.words("step_text")):
+        # presenter mode, a question not yet answered: the text in a box of its own that gives way (it scrolls
+        # inside the panel) so that the question, every choice and Reveal stay on the screen (static/lessons.css)
+        split = place.present and question is not None and not fold
+        with st.container(key=PRESENT_TEXT_BOX) if split else nullcontext():
+            if fold and place.present:  # the answer (or the class's live count) where the class looks: text folds
+                with st.expander(place.words("step_text")):
+                    st.markdown(step.text)
+            else:
                 st.markdown(step.text)
-        else:
-            st.markdown(step.text)
-        for note in notes:
-            st.caption(note)
-        show_notices(step_notices)
-        if unavailable:
-            st.info(place.words("unavailable", why=unavailable))
+            for note in notes:
+                st.caption(note)
+            show_notices(step_notices)
+            if unavailable:
+                st.info(place.words("unavailable", why=unavailable))
         if question is not None:
-            (place.live or _question)(key, place, question, is_revealed)
+            with st.container(key=PRESENT_QUESTION_BOX) if split else nullcontext():
+                (place.live or _question)(key, place, question, is_revealed)
 
     with right:
         vkey = f"L.{lesson.id}.{i}"
