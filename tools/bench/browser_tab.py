@@ -8,7 +8,8 @@ from tools.bench.models import shown_model
 from tools.bench.report import BenchFailure
 
 # Installed in every page before Streamlit loads: timestamps (page clock) of every message on Streamlit's
-# stream, of the Ctrl+Enter that commits an edit, and of the last change anywhere in the DOM.
+# stream, of the Ctrl+Enter that commits an edit (or the arrow key that moves a slider), and of the last change
+# anywhere in the DOM.
 INIT_JS = """
 window.__ws = []; window.__mut = performance.now(); window.__t0 = null;
 const __W = window.WebSocket;
@@ -20,7 +21,8 @@ window.WebSocket = function (u, p) {
 window.WebSocket.prototype = __W.prototype;
 Object.assign(window.WebSocket, __W);
 document.addEventListener('keydown', e => {
-  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) window.__t0 = performance.now();
+  if ((e.key === 'Enter' && (e.ctrlKey || e.metaKey)) || e.key === 'ArrowLeft' || e.key === 'ArrowRight')
+    window.__t0 = performance.now();
 }, true);
 new MutationObserver(() => { window.__mut = performance.now(); })
   .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
@@ -114,6 +116,19 @@ class Tab:
             raise BenchFailure(f"{when}: the Ctrl+Enter that commits the edit was not seen by the page")
         if area.input_value() != text:
             raise BenchFailure(f"{when}: the text area does not hold the text typed")
+        return t
+
+    def nudge(self, label: str, key: str, when: str) -> tuple[float, float, int]:
+        """Press ``key`` (ArrowLeft or ArrowRight) on the slider labelled ``label``: a view change, timed like an
+        edit from the key press to the page fully redrawn."""
+        self.page.evaluate("window.__t0 = null")
+        thumb = self.page.locator(f'[data-testid="stSlider"] input[type="range"][aria-label="{label}"]').first
+        thumb.focus()  # the slider's own (visually hidden) range input
+        since = len(self.frames)
+        self.page.keyboard.press(key)
+        t = self.settle(since, when)
+        if t[0] != t[0]:
+            raise BenchFailure(f"{when}: the key press on the {label!r} slider was not seen by the page")
         return t
 
     def nav_links(self) -> dict[str, str]:
