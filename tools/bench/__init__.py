@@ -19,7 +19,9 @@ every figure is set against a baseline measured in the same run, because these m
    lessons,home`` runs only those pages' rows.
 2b. **circuits** — the Circuits page on the Shakespeare GPT with its cross-layer transcoder
    (tools/bench/circuits.py): a new 64-token line (a new graph, cache miss, goal p95 ≤ 3 s) and a node-threshold
-   change (cache hit, goal p95 ≤ 1 s), 20 of each.
+   change (cache hit, goal p95 ≤ 1 s), 20 of each, in AppTest; then both in headless Chromium against
+   ``streamlit run app.py`` (a text edit to the graph drawn, and an arrow key on the node-threshold slider to the
+   graph redrawn).
 3. **memory** — one GPT-2-small trace with targets at the app's token cap, in a fresh process: the weights'
    own size (``num_params × 4`` bytes) and the process's resident memory are reported separately from the
    peak the trace adds (and the peak a plain forward adds). MiB = 2^20 bytes.
