@@ -8,7 +8,7 @@ from gptviz.ui.sections import circuit_feature, circuits
 ctx = page_setup("Circuits", ":material/schema:")
 st.title("Circuits")
 st.caption("Which features carry your text to its next token: an attribution graph (Ameisen et al. 2025), traced "
-           "through a transcoder that stands in for the MLPs.")
+           "through a transcoder that stands in for the MLPs (a model of attention alone needs none).")
 if circuits.graph(ctx, key="circ"):
     st.header("The feature in view")
     circuit_feature.feature(ctx, key="circ.feat", graph_key="circ")
