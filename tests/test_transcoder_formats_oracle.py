@@ -258,3 +258,6 @@ def test_the_export_command_writes_a_folder_with_the_shipped_weights_and_its_fig
     figures = yaml.safe_load((out / "config.yaml").read_text())["gptviz_figures"]
     assert set(figures["held_out"]) == {"topk", "jumprelu"} and figures["held_out"]["jumprelu"]["tokens"] == 256
     assert main(["--what", "transcoder", "--model", "no-such-model", "--out", str(tmp_path / "x")]) == 2
+    for tokens in ("0", "131073"):  # bounded before anything is collected
+        assert main(["--what", "clt", "--tokens", tokens, "--out", str(tmp_path / "y")]) == 2
+    assert not (tmp_path / "y").exists()

@@ -30,6 +30,7 @@ from ..interp.transcoder_formats import as_jumprelu, matched_thresholds, save_ci
 from ..paths import CHECKPOINTS
 
 KINDS = ("sae", "transcoder", "clt")
+MAX_TOKENS = 131_072  # vectors the thresholds are matched on: each layer sorts (N, n_features) scores, 0.5 GB here
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -70,8 +71,9 @@ def _export_transcoder(a) -> int:
         print(f"no {'cross-layer' if cross else 'per-layer'} transcoder ships for {a.model!r} (looked for {src})",
               file=sys.stderr)
         return 2
-    if a.tokens < 1:
-        print(f"--tokens={a.tokens}: match the thresholds on at least one vector", file=sys.stderr)
+    if not 1 <= a.tokens <= MAX_TOKENS:
+        print(f"--tokens={a.tokens}: match the thresholds on 1 to {MAX_TOKENS:,} vectors (each holds every layer's MLP "
+              "input)", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     tc = load_transcoder(src)
