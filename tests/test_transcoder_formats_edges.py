@@ -114,7 +114,9 @@ def test_each_refusal_in_full(tmp_path):
 def test_a_folder_is_one_only_with_both_its_config_and_its_first_encoder(tmp_path):
     (tmp_path / "empty").mkdir()
     assert not is_circuit_tracer_folder(tmp_path / "empty")
-    assert "W_enc_0.safetensors (a circuit-tracer transcoder)" in refused(tmp_path / "empty")
+    assert refused(tmp_path / "empty") == ("empty is a folder without cfg.json and sae_weights.safetensors (a SAELens "
+                                           "SAE) or config.yaml and W_enc_0.safetensors (a circuit-tracer "
+                                           "transcoder)")
     folder = tiny(tmp_path / "no-config")
     (folder / "config.yaml").unlink()
     assert not is_circuit_tracer_folder(folder)
