@@ -5,6 +5,7 @@ by a stand-in that records what it was given and reports progress as told, slots
 as its docstring describes (names, shapes and raw bytes of every parameter, in order)."""
 import hashlib
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -193,6 +194,24 @@ def test_forget_drops_only_a_finished_job(fresh, monkeypatch):
     assert neuron_jobs.existing("k") is None
     neuron_jobs.forget("k")  # forgetting twice is harmless
     assert neuron_jobs.job_for("k", load, "t", params=1) is not job  # asked again: a new computation
+
+
+def test_waiting_until_idle_waits_for_every_running_job_and_no_longer_than_asked(fresh, monkeypatch):
+    """Two jobs held until told to go on: ``wait_idle`` gives up after its timeout while they run, and
+    returns True once both have ended; an empty table is idle at once."""
+    assert neuron_jobs.wait_idle(0.0) is True
+    go = threading.Event()
+    monkeypatch.setattr(neuron_jobs, "compute", FakeCompute(go=go))
+    first = neuron_jobs.job_for("first", load, "t", params=1)
+    second = neuron_jobs.job_for("second", load, "t", params=1)
+    started = time.monotonic()
+    assert neuron_jobs.wait_idle(0.3) is False
+    assert 0.25 <= time.monotonic() - started < 5
+    assert not first.finished and not second.finished
+    threading.Timer(0.2, go.set).start()
+    assert neuron_jobs.wait_idle(10) is True
+    assert (first.state, second.state) == ("done", "done")
+    assert neuron_jobs.wait_idle(0.0) is True
 
 
 def test_at_exit_the_running_jobs_stop_after_their_current_pass_and_are_waited_for(fresh, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 from collections import OrderedDict
 from contextlib import nullcontext
 from typing import Any, Callable, Hashable, Optional
@@ -177,6 +178,15 @@ def _stop_all(timeout: float = 30.0) -> None:
     for job in jobs:
         if job._thread.is_alive():
             job._thread.join(timeout)
+
+
+def wait_idle(timeout: float) -> bool:
+    """Block until every job started so far has ended, for at most ``timeout`` seconds; returns whether they all
+    did. For the bench (a page's rows measure that page, not the summary the page before it started) and tests."""
+    deadline = time.monotonic() + float(timeout)
+    with _LOCK:
+        jobs = [job for job in _JOBS.values() if not job.finished]
+    return all(job.wait(max(0.0, deadline - time.monotonic())) for job in jobs)
 
 
 def existing(key: Hashable) -> Optional[NeuronJob]:

@@ -6,9 +6,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from gptviz.interp import neuron_jobs
 from gptviz.paths import ROOT
 from tools.bench.models import LONG_TEXT, big_model_t, expected_model, fresh_words, shown_model
 from tools.bench.report import BenchFailure, failed, row, spread
+
+IDLE_WAIT_S = 600  # the longest a page's background work may run on after its rows
 
 
 def app_pages() -> list[str]:
@@ -207,6 +210,11 @@ def bench_pages(quick: bool, shape: str, only: list[str] | None = None) -> list[
     try:
         for page in pages:
             rows += _bench_page(AppTest, page, shape, exp, reps, base_ms, counter)
+            # the Neurons page starts its model's summary in a background thread (once per model, for every
+            # session): let it end, so that the next page's rows measure that page and not this summary
+            if not neuron_jobs.wait_idle(IDLE_WAIT_S):
+                rows.append(failed(f"rerun · {shape} · after {Path(page).stem}", shape,
+                                   f"a background neuron summary was still running {IDLE_WAIT_S} s later"))
     finally:
         counter.close()
     rows.append(row(f"rerun · empty script (baseline, {shape} run)", "—", f"p50 {base_ms:.1f} ms of {n_base}", 1.0))
