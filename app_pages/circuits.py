@@ -3,7 +3,7 @@ import streamlit as st
 
 from gptviz.ui import page_setup
 from gptviz.ui.nav import link
-from gptviz.ui.sections import circuit_feature, circuits
+from gptviz.ui.sections import circuit_feature, circuit_interventions, circuits
 
 ctx = page_setup("Circuits", ":material/schema:")
 st.title("Circuits")
@@ -15,7 +15,7 @@ if circuits.graph(ctx, key="circ"):
     st.header("Group nodes")
     circuits.supernodes(ctx, key="circ.groups", graph_key="circ")
     st.header("Switch features off")
-    circuits.interventions(ctx, key="circ.int", graph_key="circ")
+    circuit_interventions.interventions(ctx, key="circ.int", graph_key="circ")
     circuits.download(ctx, key="circ.json", graph_key="circ")
 
 st.markdown("**What this graph is.** On your text, each MLP is replaced by the transcoder's features plus an *error "

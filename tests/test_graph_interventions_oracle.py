@@ -79,7 +79,7 @@ def test_predicted_and_real_changes_equal_their_oracles(shakespeare, cross):
     chosen = [(0, 5, act0), (2, 11, act2), (1, 3, idle)]
     targets = [int(tok.encode("e")[0]), int(tok.encode(" ")[0]), 7]
     for scale in (0.0, 1.7):
-        got = intervene(model, tc, ids, chosen, scale, targets)
+        got = intervene(model, tc, ids, chosen, scale, targets, mode="replacement")
         assert got["active"] == 2
         want_pred = constrained_change(model, tc, ids, chosen, scale, torch.tensor(targets))
         torch.testing.assert_close(got["predicted"], want_pred, atol=2e-4, rtol=1e-3)
@@ -100,7 +100,7 @@ def test_the_spliced_model_with_its_errors_is_the_model(shakespeare):
     fz = freeze(model, tc, ids)
     torch.testing.assert_close(spliced_logits(model, tc, ids, fz.errors), trace(model, torch.tensor([ids])).logits[0],
                                atol=1e-4, rtol=1e-4)
-    got = intervene(model, tc, ids, [], 0.0, [3, 4])
+    got = intervene(model, tc, ids, [], 0.0, [3, 4], mode="replacement")
     assert got["predicted"].tolist() == [0.0, 0.0] and float(got["real"].abs().max()) < 1e-4
 
 

@@ -1,14 +1,24 @@
 """Interventions on an attribution graph's features: scale some features' activations (0 switches them off) and
 see each target logit change twice.
 
-- **As the graph predicts it**: the sum of the features' direct edges into the logit, times ``scale - 1``. This is
-  what circuit-tracer's ``feature_intervention`` gives with every layer constrained: attention patterns, norm
-  divisors and every other MLP output held at their values on the prompt, so only the chosen features' own writes
-  change.
-- **As the model computes it**: the model with the transcoder spliced in for every MLP (each MLP's output is the
-  transcoder's reconstruction plus that MLP's error on the prompt, held fixed, so with no intervention it computes
-  exactly what the model computes), the chosen features scaled where they are encoded, and everything after them
-  recomputed: later features, attention patterns, norms.
+- **As the graph predicts it**: the sum of the features' direct edges into the logit, times ``scale - 1``.
+- **As the model computes it**, in one of four ways (``MODES``). The first three are circuit-tracer's
+  ``feature_intervention`` (``ReplacementModel``, TransformerLens backend), with each feature's value set to
+  ``scale`` times its activation on the prompt: the real model runs with its own MLPs, and each MLP output it
+  reaches gets ``(value - the feature's activation in this run) · its decoder row`` added (a cross-layer feature:
+  at its own layer and every later one).
+
+  - ``"attention"``, circuit-tracer's default (``freeze_attention=True``): every attention pattern held at its value
+    on the prompt; the norms, the MLPs and every feature recomputed.
+  - ``"free"`` (``freeze_attention=False``): nothing held.
+  - ``"direct"`` (``constrained_layers`` = every layer): the patterns, every norm's divisor and every MLP output
+    held, the change written from the features' activations on the prompt. Only the chosen features' own writes
+    change, so this is the graph's prediction computed by a forward pass: circuit-tracer checks its graphs this
+    way, and so do gptviz's tests.
+  - ``"replacement"``: the model with the transcoder spliced in for every MLP (each MLP's output is the
+    transcoder's reconstruction plus that MLP's error on the prompt, held fixed, so with no intervention it
+    computes exactly what the model computes), the chosen features scaled where they are encoded, and everything
+    after them recomputed: later features, attention patterns, norms.
 
 A logit here is, as in the graph, the logit minus the mean logit over the vocabulary, at the prompt's last position.
 """
@@ -18,12 +28,14 @@ from typing import Sequence
 
 import torch
 
+from ..model.hook_names import act_name
 from ..run.trace import trace
 from .attribution_graph import _rows, _Sources
-from .replacement import freeze, weights_of
+from .replacement import Frozen, freeze, weights_of
 from .transcoder import Transcoder, input_hook, output_hook
 
 MAX_FEATURES = 4096  # features scaled at once
+MODES = ("attention", "free", "direct", "replacement")
 
 
 def _check(tc: Transcoder, T: int, features: Sequence[tuple[int, int, int]], scale: float) -> list[tuple]:
@@ -75,13 +87,71 @@ def _demeaned(logits: torch.Tensor, logit_ids: torch.Tensor) -> torch.Tensor:
     return (last[logit_ids] - last.mean()).float()
 
 
+def steered_logits(model, tc: Transcoder, frozen: Frozen, scaled: Sequence[tuple[int, int, int]], scale: float,
+                   mode: str) -> torch.Tensor:
+    """The logits (T, V) of ``frozen``'s prompt through the real model with the ``scaled`` features' values set to
+    ``scale`` times their activations on the prompt, as circuit-tracer's ``feature_intervention`` computes them:
+    ``mode`` "attention" (patterns held), "free" (nothing held) or "direct" (patterns, norm divisors and MLP
+    outputs held: every layer constrained)."""
+    if mode not in ("attention", "free", "direct"):
+        raise ValueError(f"mode={mode!r}: steered_logits computes 'attention', 'free' or 'direct'")
+    L = tc.n_layer
+    x = frozen.ids.reshape(1, -1)
+    T = x.shape[1]
+    by_layer: dict[int, list[tuple[int, int]]] = {}
+    for layer, pos, feat in scaled:
+        by_layer.setdefault(layer, []).append((pos, feat))
+    deltas = torch.zeros(L, T, tc.d_model)  # what is added to each MLP's output
+
+    def held(value: torch.Tensor):
+        return lambda t: value.unsqueeze(0).to(t.dtype)
+
+    def steer(layer: int, acts: torch.Tensor) -> None:
+        """Add, for each scaled feature of ``layer``, (value - its activation ``acts`` here) · its decoder rows."""
+        for pos, feat in by_layer[layer]:
+            change = (scale - 1.0) * frozen.features[layer][pos, feat] if mode == "direct" else \
+                scale * frozen.features[layer][pos, feat] - acts[pos, feat]
+            rows = tc.decoder_row(layer, feat).float()  # (reach, d)
+            deltas[layer:layer + rows.shape[0], pos] += change.float() * rows
+
+    def reader(layer: int):
+        def read(t):
+            steer(layer, tc.encode(layer, t[0]))
+            return t
+        return read
+
+    def writer(layer: int):
+        clean = tc.decode(layer, frozen.features) + frozen.errors[layer]  # the MLP's output on the prompt
+        def write(t):
+            return ((clean if mode == "direct" else t[0]) + deltas[layer]).unsqueeze(0).to(t.dtype)
+        return write
+
+    edits: dict = {}
+    if mode != "free":
+        edits.update({act_name("pattern", layer): held(frozen.pattern[layer]) for layer in range(L)})
+    if mode == "direct":
+        edits.update({act_name("scale", layer, "ln1"): held(frozen.attn_scale[layer]) for layer in range(L)})
+        edits.update({act_name("scale", layer, "ln2"): held(frozen.mlp_scale[layer]) for layer in range(L)})
+        edits[act_name("scale", part="ln_final")] = held(frozen.final_scale)
+    for layer in sorted(by_layer):
+        if mode == "direct":
+            steer(layer, frozen.features[layer])
+        else:
+            edits[input_hook(layer)] = reader(layer)
+    edits.update({output_hook(layer): writer(layer) for layer in range(L)})
+    with torch.no_grad():
+        return trace(model, x, edits=edits).logits[0].float()
+
+
 @torch.no_grad()
 def intervene(model, tc: Transcoder, ids, features: Sequence[tuple[int, int, int]], scale: float,
-              logit_ids: Sequence[int]) -> dict:
+              logit_ids: Sequence[int], mode: str = "attention") -> dict:
     """Each target logit's change when ``features`` ((layer, position, feature) each) are scaled by ``scale``:
-    ``predicted`` (the graph's direct effects) and ``real`` (the spliced model), both (K,), with ``clean`` (the
-    targets' logits minus the mean logit on the prompt) and ``active`` (how many of the features were active: an
-    inactive feature's activation is 0 whatever the scale)."""
+    ``predicted`` (the graph's direct effects) and ``real`` (the model, computed as ``mode`` says: ``MODES``), both
+    (K,), with ``clean`` (the targets' logits minus the mean logit on the prompt) and ``active`` (how many of the
+    features were active: an inactive feature's activation is 0 whatever the scale)."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} must be one of {', '.join(MODES)}")
     frozen = freeze(model, tc, ids)
     T = frozen.ids.numel()
     chosen = _check(tc, T, features, scale)
@@ -96,7 +166,11 @@ def intervene(model, tc: Transcoder, ids, features: Sequence[tuple[int, int, int
     column = {tuple(int(v) for v in r): i for i, r in enumerate(src.table)}
     cols = [column[f] for f in chosen if f in column]
     predicted = (scale - 1.0) * rows[:, cols].sum(1) if cols else torch.zeros(targets.numel())
-    clean = spliced_logits(model, tc, frozen.ids, frozen.errors)
-    after = spliced_logits(model, tc, frozen.ids, frozen.errors, chosen, scale)
+    if mode == "replacement":
+        clean = spliced_logits(model, tc, frozen.ids, frozen.errors)
+        after = spliced_logits(model, tc, frozen.ids, frozen.errors, chosen, scale)
+    else:
+        clean = frozen.logits
+        after = steered_logits(model, tc, frozen, chosen, scale, mode)
     return {"predicted": predicted, "real": _demeaned(after, targets) - _demeaned(clean, targets),
             "clean": _demeaned(clean, targets), "active": len(cols)}

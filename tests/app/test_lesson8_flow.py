@@ -2,8 +2,10 @@
 does not draw the graph), name them as a group, move on to step 5 and switch the group off. The intervention chart's
 two bars for the top target logit equal two computations made here without the page: the graph's prediction as
 (scale − 1) × the sum of the graph's edges (``attribute``'s adjacency) from those features into that logit, and the
-real change from the shipped GPT written in plain PyTorch with the transcoder spliced in for every MLP, each MLP's
-error on the line worked out here too (tests/transcoder_oracles.py).
+real change from the shipped GPT written in plain PyTorch (tests/transcoder_oracles.py), run as circuit-tracer's
+``feature_intervention`` runs it by default (the page's default); then, switched to the replacement model, with the
+transcoder spliced in for every MLP, each MLP's error on the line worked out here too; and with everything held, the
+graph's own prediction.
 
 The walk fails if steps 3 to 5 name another graph than step 2's (``graph_key`` in the lesson file) or if a selection
 made on the graph is lost on a step that does not draw it (``chosen``'s ``.kept`` copy in circuits.py)."""
@@ -14,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from apphelp import ROOT, array, charts, messages, rendered
 from streamlit.testing.v1 import AppTest
-from transcoder_oracles import features_by_hand, output_by_hand, plain_forward
+from transcoder_oracles import features_by_hand, output_by_hand, plain_forward, plain_steered
 
 from gptviz.interp.attribution_graph import attribute
 from gptviz.interp.graph_json import node_id
@@ -153,17 +155,31 @@ def test_a_group_made_on_step_4_is_switched_off_on_step_5_as_the_graph_and_the_m
 
     # the graph's prediction: (scale - 1) times the direct edges from the group's features into the top logit
     want_predicted = (scale - 1.0) * sum(float(g.adjacency[top, index[n]]) for n in picked)
-    # the model: the transcoder and each MLP's error on the line in place of every MLP, the group's features
-    # multiplied by the scale where they are encoded and everything after them recomputed
+    # the model, as circuit-tracer's feature_intervention runs it by default (the page's default): its own MLPs, every
+    # attention pattern held at its value on the line, and each of the group's features' decoder rows times (its
+    # value, scale times its activation on the line, minus its activation in this run) added to the MLP outputs they
+    # reach
     x = torch.tensor([ids])
-    errors = mlp_errors(model, tc, x)
-    layers = range(model.config.n_layer)
     chosen = [tuple(int(v) for v in g.node(index[n])[1:4]) for n in picked]  # (layer, position, feature)
-    before = plain_forward(model, x, tc, layers=layers, errors=errors)[0]
-    after = plain_forward(model, x, tc, layers=layers, errors=errors, scaled=chosen, scale=scale)[0]
+    before, on_line = plain_steered(model, x, tc)
+    after, _ = plain_steered(model, x, tc, chosen, scale, on_line, hold_patterns=True)
     token = int(g.logit_ids[0])
     want_real = demeaned(after, token) - demeaned(before, token)
 
     assert abs(want_predicted) > 0.05 and abs(want_real) > 0.05  # the group matters: not a comparison of zeros
     assert predicted[0] == pytest.approx(want_predicted, rel=1e-4, abs=1e-5)
     assert real[0] == pytest.approx(want_real, rel=1e-4, abs=1e-4)
+
+    # the other ways of computing it, chosen on the page
+    at = clean(at.radio(key=f"{vkey}.mode").set_value("replacement").run())
+    errors = mlp_errors(model, tc, x)
+    layers = range(model.config.n_layer)
+    spliced = plain_forward(model, x, tc, layers=layers, errors=errors, scaled=chosen, scale=scale)[0]
+    want_spliced = demeaned(spliced, token) - demeaned(plain_forward(model, x, tc, layers=layers, errors=errors)[0],
+                                                       token)
+    predicted, real = bars_of(at)
+    assert abs(want_spliced - want_real) > 1e-3  # a different number from the default's
+    assert real[0] == pytest.approx(want_spliced, rel=1e-4, abs=1e-4)
+    at = clean(at.radio(key=f"{vkey}.mode").set_value("direct").run())
+    predicted, real = bars_of(at)
+    assert real[0] == pytest.approx(want_predicted, rel=1e-3, abs=1e-5)

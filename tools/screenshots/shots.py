@@ -83,6 +83,22 @@ def _scroll(page, px: int) -> None:
     page.wait_for_timeout(800)
 
 
+def _switch_off_three(page, browser, url) -> None:
+    """Select three nodes in the graph's list of selected nodes (the list's first entry selects them all: skip it),
+    then scroll to the interventions' bars (the model computed as circuit-tracer's default: attention held)."""
+    box = page.get_by_role("combobox", name=re.compile("Selected nodes"))
+    for _ in range(3):
+        box.click()
+        page.get_by_role("option").nth(1).click()
+        page.wait_for_timeout(1500)
+    page.keyboard.press("Escape")
+    page.get_by_text("the logits' change").first.wait_for(timeout=60_000)
+    page.get_by_text("Switch features off").first.scroll_into_view_if_needed()
+    page.mouse.move(900, 400)
+    page.mouse.wheel(0, 330)
+    page.wait_for_timeout(1500)
+
+
 SPECIAL = [
     Shot("hero", address("Attention", preset=SHAKESPEARE, layer="0", head="2"),
          "the Attention page on the shipped Shakespeare GPT (named in the link), on its previous-token head L0 H2"),
@@ -94,6 +110,10 @@ SPECIAL = [
     Shot("circuits-induction", address("Circuits", preset="checkpoint: induction-heads",
                                        text="Now is the winter. Now is the winter"),
          "the Circuits page on the attention-only induction-heads model: tokens to logits, no transcoder needed"),
+    Shot("circuits-intervention", address("Circuits", preset=SHAKESPEARE,
+                                          text="ROMEO: But soft, what light through yonder window bre"),
+         "the Circuits page's interventions on the Shakespeare GPT: three feature nodes switched off, the graph's "
+         "prediction beside the model run as circuit-tracer does by default", act=_switch_off_three),
     Shot("lesson8-graph", address("Lessons", lesson="08_tracing_a_circuit", lstep="2"),
          "lesson 8's attribution graph step on the Shakespeare GPT, scrolled to the whole graph",
          act=lambda page, browser, url: _scroll(page, 260)),

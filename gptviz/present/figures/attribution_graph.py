@@ -374,14 +374,14 @@ def node_words(node: tuple, tokens: Sequence[str], logit_tokens: Sequence[str]) 
     return f"logit '{logit_tokens[node[1]]}' (p = {node[3]:.3f})"
 
 
-def intervention_bars(tokens: Sequence[str], predicted, real, title: str) -> go.Figure:
-    """Each target logit's change (minus the mean logit's change) as the graph predicts it and as the model with
-    the transcoder in place computes it: two bars per token, tokens down the side."""
+def intervention_bars(tokens: Sequence[str], predicted, real, title: str,
+                      computed: str = "computed (replacement model)") -> go.Figure:
+    """Each target logit's change (minus the mean logit's change) as the graph predicts it and as the model
+    computes it (``computed`` names how: the legend's second entry): two bars per token, tokens down the side."""
     pos = list(range(len(tokens)))
     words = [f"'{_show(t)}'" for t in tokens]
     bars = []
-    for name, vals, colour in (("predicted by the graph", predicted, "#56B4E9"),
-                               ("computed (replacement model)", real, "#E69F00")):
+    for name, vals, colour in (("predicted by the graph", predicted, "#56B4E9"), (computed, real, "#E69F00")):
         v = [float(x) for x in (vals.tolist() if isinstance(vals, torch.Tensor) else vals)]
         bars.append(dict(type="bar", name=name, x=v, y=pos, orientation="h", marker=dict(color=colour),
                          customdata=words, hovertemplate=f"{name}: " + "%{customdata}: %{x:+.3f}<extra></extra>"))

@@ -33,7 +33,6 @@ from ...present.figures.attribution_graph import (
     PLOT_PX,
     attribution_figure,
     drawn,
-    intervention_bars,
     node_words,
 )
 from ...present.markdown_text import plain_md
@@ -366,63 +365,6 @@ def supernodes(ctx, *, key: str = "circ.groups", graph_key: str = "circ") -> Non
         line.markdown(f"**{plain_md(g[0])}**: {len(g) - 1} node(s), {inside} in this graph", width="stretch")
         line.button("Remove", key=f"{key}.rm.{i}", on_click=_remove_group, args=(i,), icon=":material/delete:",
                     width="content")
-
-
-def _intervene_fn():
-    try:
-        from ...interp import graph_interventions
-    except ImportError:
-        return None
-    return getattr(graph_interventions, "intervene", None)
-
-
-@st.cache_data(max_entries=64, show_spinner="Scaling the features and running the replacement model…")
-def _intervened(model_key: str, file: str, mtime: float, ids: tuple, features: tuple, scale: float,
-                logit_ids: tuple, _model, _tc) -> tuple[list, list]:
-    out = _intervene_fn()(_model, _tc, list(ids), [tuple(f) for f in features], scale, list(logit_ids))
-    return [float(v) for v in out["predicted"]], [float(v) for v in out["real"]]
-
-
-@section("circuits.interventions")
-def interventions(ctx, *, key: str = "circ.int", graph_key: str = "circ") -> None:
-    """Scale a feature, the selection or a group (0: off), and compare each target logit's change as the graph
-    predicts it with what the model computes."""
-    view, why = _view(ctx, graph_key)
-    if view is None:
-        st.info(why, icon=":material/info:")
-        return
-    fn = _intervene_fn()
-    if fn is None:
-        st.info("Interventions are coming: the code that scales features in the replacement model is being written.",
-                icon=":material/construction:")
-        return
-    groups = _groups()
-    options = ["selected", *(f"group {i}" for i in range(len(groups)))]
-    c1, c2 = st.columns([3, 2])
-    what = c1.selectbox("Scale", options, key=f"{key}.what",
-                        format_func=lambda o: "the selected nodes' features" if o == "selected"
-                        else f"group: {groups[int(o.split()[1])][0]}")
-    scale = c2.slider("by (0: switched off, 1: as they are)", 0.0, 2.0, 0.0, 0.1, key=f"{key}.scale")
-    members = chosen(graph_key) if what == "selected" else \
-        groups[int(what.split()[1])][1:]
-    if view.tc is None:
-        st.info("This model has no MLPs, so its graph has no features to scale.", icon=":material/info:")
-        return
-    feats = _features_of(view, members)
-    if not feats:
-        st.info("No feature node of this graph is in it: select feature nodes on the graph (or make a group of them).")
-        return
-    try:
-        pred, real = _intervened(str(ctx.model_key), view.file, view.mtime, view.ids, tuple(feats), float(scale),
-                                 tuple(int(t) for t in view.graph.logit_ids), ctx.model, view.tc)
-    except Exception as exc:  # noqa: BLE001 - the intervention code is new: say what went wrong, never a traceback
-        st.warning(f"The intervention could not be computed ({type(exc).__name__}: {exc}).")
-        return
-    plot(ctx, intervention_bars(view.logit_tokens, pred, real, f"{len(feats)} feature(s) × {scale:.1f}: the logits' "
-                                "change"), key=f"{key}.bars")
-    st.caption("Predicted: the graph's direct edges, linear, with attention and norms frozen. Computed: the model with "
-               "the transcoder spliced in, run again, so the change also travels through attention. Far apart: the "
-               "effect is not the graph's straight lines.")
 
 
 def slug(prompt: str) -> str:
