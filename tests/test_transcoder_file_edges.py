@@ -70,3 +70,45 @@ def test_the_repr_names_the_kind_and_the_rule():
         "Transcoder(cross-layer, n_layer=4, d_model=128, n_features=1024, k=32)"
     assert repr(Transcoder(2, 8, 16, None, False, activation="jumprelu")) == \
         "Transcoder(per-layer, n_layer=2, d_model=8, n_features=16, activation='jumprelu')"
+
+
+@pytest.mark.parametrize("raw", ["+1", "²", None, "1.0", " "])
+def test_a_header_count_that_is_not_plain_digits_is_refused_in_full(tmp_path, raw):
+    """'+1' and '1.0' would parse as numbers, '²' is a digit that int() cannot read, and a missing count is None:
+    each is refused with the same sentence, before any weight is read."""
+    base = {"format": FORMAT, "n_layer": "1", "d_model": "2", "n_features": "2", "k": "1", "cross_layer": "0"}
+    header = dict(base, n_layer=raw) if raw is not None else {k: v for k, v in base.items() if k != "n_layer"}
+    assert refusal(write(tmp_path / "h.safetensors", header)) == (
+        f"the transcoder's header says n_layer={raw!r}: it must be a whole number from 1 to 128")
+
+
+def test_a_decoder_row_is_asked_by_a_whole_feature_number_in_range():
+    tc = Transcoder(2, 3, 4, 2, True)
+    with torch.no_grad():
+        tc.W_dec[1].copy_(torch.arange(4 * 1 * 3, dtype=torch.float32).reshape(4, 1, 3))
+    assert torch.equal(tc.decoder_row(1, 0), torch.tensor([[0.0, 1.0, 2.0]]))  # feature 0 is a feature
+    assert torch.equal(tc.decoder_row(1, 3), torch.tensor([[9.0, 10.0, 11.0]]))
+    assert tc.decoder_row(0, 2).shape == (2, 3)  # a cross-layer feature of layer 0 reaches both outputs
+    for bad in (4, -1, True, 1.0):
+        with pytest.raises(ValueError) as err:
+            tc.decoder_row(1, bad)
+        assert str(err.value) == f"there is no feature {bad!r}: each layer has 4 (0 to 3)"
+
+
+def test_snippets_live_beside_their_transcoder_in_any_folder(tmp_path):
+    assert transcoder.snippets_path("m", True, tmp_path) == tmp_path / "m.clt.transcoder.snippets.safetensors"
+    assert transcoder.snippets_path("m", False, tmp_path) == tmp_path / "m.transcoder.snippets.safetensors"
+    assert transcoder.snippets_path("m", False).parent == transcoder.transcoder_path("m", False).parent
+
+
+def test_a_snippets_file_keeps_only_its_layers_keys_and_may_be_exactly_at_the_limit(tmp_path, monkeypatch):
+    """Keys of other layers ('L2' for a 2-layer model), of no layer ('note', 'L.x', 'X1.ids') and every layer's own
+    ('L0.ids', 'L1.peak'): only the last are read; a file of exactly the size limit is read."""
+    path = tmp_path / "s.safetensors"
+    tensors = {"L0.ids": torch.arange(3), "L1.peak": torch.ones(2), "L2.ids": torch.zeros(1), "note": torch.ones(1),
+               "L.x": torch.ones(1), "X1.ids": torch.ones(1)}
+    safetensors.torch.save_file(tensors, str(path), metadata={"model": '"m"'})
+    monkeypatch.setattr(transcoder, "MAX_FILE_BYTES", path.stat().st_size)
+    per_layer, meta = transcoder.load_snippets(path, 2)
+    assert [sorted(d) for d in per_layer] == [["ids"], ["peak"]]
+    assert torch.equal(per_layer[0]["ids"], torch.arange(3)) and meta == {"model": "m"}

@@ -10,6 +10,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
+from gptviz.interp.transcoder import Transcoder
 from gptviz.training import transcoder as train_mod
 
 
@@ -169,3 +170,95 @@ def test_inputs_and_outputs_of_other_shapes_are_refused():
             train_mod.train_transcoder(a, b, cfg)
         assert str(err.value) == (f"inputs {tuple(a.shape)} and outputs {tuple(b.shape)} must both be "
                                   "(N, n_layer, d)")
+
+
+def test_collected_pairs_are_the_windows_the_seed_draws_read_by_forward_hooks():
+    """``collect_mlp_pairs`` with its defaults (128-token windows, 64 a batch, seed 0) against the same windows
+    drawn here and each block's norm-before-the-MLP and MLP outputs caught by plain forward hooks; one vector more
+    than a batch holds, so a second batch is drawn; and a single vector."""
+    from gptviz.model.checkpoint import load_checkpoint
+    from gptviz.paths import CHECKPOINTS
+
+    model = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors").model.eval()
+    ids = torch.randint(0, model.config.vocab_size, (400,), generator=torch.Generator().manual_seed(2))
+    n = 128 * 64 + 1
+    got_in, got_out = train_mod.collect_mlp_pairs(model, ids, n)
+    g = torch.Generator().manual_seed(0)
+    caught: dict = {}
+    hooks = [m.register_forward_hook(lambda mod, args, out, key=(kind, layer): caught.__setitem__(key, out.detach()))
+             for layer, block in enumerate(model.transformer.h) for kind, m in (("in", block.ln_2), ("out", block.mlp))]
+    ins, outs = [], []
+    try:
+        for _ in range(2):
+            starts = torch.randint(0, 400 - 128, (64,), generator=g).tolist()
+            with torch.no_grad():
+                model(torch.stack([ids[s:s + 128] for s in starts]))
+            ins.append(torch.stack([caught[("in", layer)] for layer in range(4)], -2).reshape(-1, 4, 128))
+            outs.append(torch.stack([caught[("out", layer)] for layer in range(4)], -2).reshape(-1, 4, 128))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert got_in.shape == got_out.shape == (n, 4, 128)
+    torch.testing.assert_close(got_in, torch.cat(ins)[:n])
+    torch.testing.assert_close(got_out, torch.cat(outs)[:n])
+    one_in, one_out = train_mod.collect_mlp_pairs(model, ids, 1, T=16, batch=2, seed=5)
+    assert one_in.shape == one_out.shape == (1, 4, 128)
+    with pytest.raises(ValueError) as err:
+        train_mod.collect_mlp_pairs(model, ids, 0)
+    assert str(err.value) == "n_tokens=0: collect at least one vector"
+
+
+def test_the_aux_loss_is_a_ratio_at_any_scale_and_only_topk_is_trained():
+    """Outputs a hundred times smaller (errors of squared norm far below 1): the AuxK loss is still the squared error
+    of the dead features' rebuild over the error's own squared norm. A JumpReLU transcoder is refused by name."""
+    x, y = data(L=1, d=6, n=20, seed=4)
+    x, y = x * 0.01, y * 0.01
+    cfg = train_mod.TranscoderTrainConfig(n_features=12, k=2, seed=1)
+    tc = train_mod.init_transcoder(x, y, cfg)
+    dead = torch.zeros(1, 12, dtype=torch.bool)
+    dead[0, [1, 5, 7, 9]] = True
+    _, aux, _ = train_mod.losses(tc, x, y, dead, aux_k=2)
+    W, b, D, c = (t[0].detach() for t in (tc.W_enc, tc.b_enc, tc.W_dec, tc.b_dec))
+    pre = x[:, 0] @ W + b
+    top = pre.topk(2, dim=-1)
+    feats = torch.zeros_like(pre).scatter(-1, top.indices, top.values.clamp(min=0))
+    err = y[:, 0] - (feats @ D[:, 0] + c)
+    assert float((err ** 2).sum(-1).mean()) < 1e-2  # where a floor of 1 in place of 1e-12 would change the ratio
+    rebuilt = torch.zeros_like(err)
+    for r in range(20):
+        for j in sorted([1, 5, 7, 9], key=lambda j: -float(pre[r, j]))[:2]:
+            rebuilt[r] += max(float(pre[r, j]), 0.0) * D[j, 0]
+    want = float(((rebuilt - err) ** 2).sum(-1).mean() / (err ** 2).sum(-1).mean())
+    assert float(aux.detach()) == pytest.approx(want, rel=1e-5)
+    jump = Transcoder(1, 6, 12, None, False, activation="jumprelu")
+    with pytest.raises(ValueError) as err_info:
+        train_mod.losses(jump, x, y, None, 2)
+    assert str(err_info.value) == "gptviz trains TopK transcoders; this one's rule is 'jumprelu'"
+
+
+def test_the_evaluation_sums_in_float64_across_batches():
+    """The held-out figures summed over three batches of windows equal one float64 computation over every vector to
+    1e-10 (a float32 running sum is off by about 1e-7)."""
+    from transcoder_oracles import toy_transcoder
+
+    from gptviz.interp.transcoder import input_hook, output_hook
+    from gptviz.model.checkpoint import load_checkpoint
+    from gptviz.paths import CHECKPOINTS
+    from gptviz.run.trace import trace
+
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    model, tok = ck.model.eval(), ck.tokenizer
+    tc = toy_transcoder(model, False, F_=16, k=4, seed=6)
+    ids = torch.tensor(tok.encode("Now is the winter of our discontent made glorious summer by this sun of York; "
+                                  "and all the clouds that lour'd upon our house in the deep bosom of the ocean "
+                                  "buried."))
+    wins = torch.stack([ids[s:s + 33] for s in range(0, 50, 10)])
+    fig = train_mod.evaluate_transcoder(model, tc, wins, batch=2)
+    tr = trace(model, wins[:, :-1])
+    for layer in range(4):
+        feats = [tc.encode(s, tr[input_hook(s)].reshape(-1, 128)) for s in range(4)]
+        out = tr[output_hook(layer)].reshape(-1, 128).double()
+        err = (tc.decode(layer, feats).double() - out).pow(2).sum()
+        assert fig["fvu"][layer] == pytest.approx(float(err / (out - out.mean(0)).pow(2).sum()), rel=1e-10)
+        assert fig["l0"][layer] == pytest.approx(float((feats[layer] > 0).sum(-1).double().mean()), rel=1e-12)
+    assert fig["windows"] == 5 and fig["tokens"] == 5 * 32
