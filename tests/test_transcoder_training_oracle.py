@@ -262,3 +262,22 @@ def test_the_evaluation_sums_in_float64_across_batches():
         assert fig["fvu"][layer] == pytest.approx(float(err / (out - out.mean(0)).pow(2).sum()), rel=1e-10)
         assert fig["l0"][layer] == pytest.approx(float((feats[layer] > 0).sum(-1).double().mean()), rel=1e-12)
     assert fig["windows"] == 5 and fig["tokens"] == 5 * 32
+
+
+def test_the_history_has_a_row_every_hundred_steps_rounded_as_shown():
+    """With the default ``progress_every``, rows at steps 100, 200 and the last one; the seconds to a tenth (since
+    the run began), the losses to 5 decimals and the dead share to 4."""
+    import time
+
+    x, y = data(L=1, d=3, n=16)
+    cfg = train_mod.TranscoderTrainConfig(n_features=7, k=1, steps=201, batch_size=4, lr=0.01, dead_after=8)
+    t0 = time.perf_counter()
+    _, hist = train_mod.train_transcoder(x, y, cfg)
+    elapsed = time.perf_counter() - t0
+    assert [r["step"] for r in hist] == [100, 200, 201]
+    for r in hist:
+        assert isinstance(r["seconds"], float) and r["seconds"] == round(r["seconds"], 1)
+        assert 0.0 <= r["seconds"] <= elapsed + 0.05
+        for key, places in (("fvu", 5), ("aux", 5), ("dead", 4)):
+            assert r[key] == round(r[key], places), (key, r)
+    assert any(0 < r["dead"] < 1 for r in hist)  # sevenths: more decimals than 4 before rounding
