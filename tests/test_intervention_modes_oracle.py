@@ -77,6 +77,17 @@ def test_the_fully_constrained_intervention_is_the_graphs_prediction(shakespeare
                     torch.testing.assert_close(got["real"], got["predicted"], atol=1e-5, rtol=1e-3)
                     checked += 1
     assert checked >= 2 * 4 * 2 * 3  # every layer, both positions, at least 3 active features each (k = 4)
+    # several at once: two of one layer and position (their writes add up), one two layers on, an inactive one
+    pair = fz.features[0][6].nonzero().flatten().tolist()[:2]
+    later = int(fz.features[2][15].nonzero()[0])
+    idle = int((fz.features[1][3] == 0).nonzero()[0])
+    chosen = [(0, 6, pair[0]), (0, 6, pair[1]), (2, 15, later), (1, 3, idle)]
+    for scale in (0.0, 1.7):
+        got = intervene(model, tc, ids, chosen, scale, targets, mode="direct")
+        torch.testing.assert_close(got["real"], got["predicted"], atol=1e-5, rtol=1e-3)
+        alone = sum(intervene(model, tc, ids, [c], scale, targets, mode="direct")["real"] for c in chosen)
+        torch.testing.assert_close(got["real"], alone, atol=1e-5, rtol=1e-3)  # direct effects add up
+        assert float(got["real"].abs().max()) > 1e-2
 
 
 def test_the_steered_runs_agree_with_each_other_where_they_must(shakespeare):

@@ -107,10 +107,10 @@ def steered_logits(model, tc: Transcoder, frozen: Frozen, scaled: Sequence[tuple
         return lambda t: value.unsqueeze(0).to(t.dtype)
 
     def steer(layer: int, acts: torch.Tensor) -> None:
-        """Add, for each scaled feature of ``layer``, (value - its activation ``acts`` here) · its decoder rows."""
+        """Add, for each scaled feature of ``layer``, (value - its activation ``acts`` here) · its decoder rows (the
+        direct mode passes the activations on the prompt)."""
         for pos, feat in by_layer[layer]:
-            change = (scale - 1.0) * frozen.features[layer][pos, feat] if mode == "direct" else \
-                scale * frozen.features[layer][pos, feat] - acts[pos, feat]
+            change = scale * frozen.features[layer][pos, feat] - acts[pos, feat]
             rows = tc.decoder_row(layer, feat).float()  # (reach, d)
             deltas[layer:layer + rows.shape[0], pos] += change.float() * rows
 
