@@ -112,3 +112,45 @@ def test_a_snippets_file_keeps_only_its_layers_keys_and_may_be_exactly_at_the_li
     per_layer, meta = transcoder.load_snippets(path, 2)
     assert [sorted(d) for d in per_layer] == [["ids"], ["peak"]]
     assert torch.equal(per_layer[0]["ids"], torch.arange(3)) and meta == {"model": "m"}
+
+
+def test_a_count_given_as_true_is_refused_and_a_layer_out_of_range_is_named_in_full():
+    with pytest.raises(ValueError) as err:
+        Transcoder(True, 2, 2, 1, False)
+    assert str(err.value) == "n_layer=True must be a whole number from 1 to 128"
+    tc = Transcoder(4, 2, 3, 1, True)
+    for bad in (4, -1, True):
+        with pytest.raises(ValueError) as err:
+            tc.decode(bad, [])
+        assert str(err.value) == f"there is no layer {bad!r}: this transcoder has layers 0 to 3"
+
+
+def test_decode_reads_a_short_list_as_zeros_and_names_a_wrong_width_in_full():
+    tc = Transcoder(3, 2, 4, 2, True)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for W in (*tc.W_dec, *tc.b_dec):
+            W.copy_(torch.randn(W.shape, generator=g))
+    f0 = torch.rand(5, 4, generator=g)
+    torch.testing.assert_close(tc.decode(2, [f0]), tc.decode(2, [f0, None, None]))  # later layers missing: zero
+    torch.testing.assert_close(tc.decode(2, [f0]), tc.b_dec[2].detach() + f0 @ tc.W_dec[0][:, 2].detach())
+    # float64 inputs are read in the transcoder's own dtype
+    torch.testing.assert_close(tc.decode(1, [f0.double(), None]), tc.decode(1, [f0, None]))
+    x = torch.rand(5, 2, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(tc.pre_acts(0, x), tc.pre_acts(0, x.float()))
+    for bad in (torch.zeros(2, 3), torch.zeros(1, 2, 3)):
+        with pytest.raises(ValueError) as err:
+            tc.decode(0, [bad])
+        assert str(err.value) == "this transcoder has 4 features a layer, not 3"
+
+
+def test_a_per_layer_replacement_encodes_only_the_layers_it_replaces():
+    from gptviz import GPT, ModelConfig
+    from gptviz.run.trace import trace
+
+    model = GPT(ModelConfig(vocab_size=11, block_size=8, n_layer=3, n_head=2, n_embd=4))
+    for cross, want in ((False, [2]), (True, [0, 1, 2])):
+        seen: dict = {}
+        tc = Transcoder(3, 4, 5, 2, cross)
+        trace(model, torch.tensor([[1, 2, 3]]), edits=tc.replacement_edits(layers=[2], features=seen))
+        assert sorted(seen) == want and seen[2].shape == (1, 3, 5)

@@ -281,3 +281,13 @@ def test_the_history_has_a_row_every_hundred_steps_rounded_as_shown():
         for key, places in (("fvu", 5), ("aux", 5), ("dead", 4)):
             assert r[key] == round(r[key], places), (key, r)
     assert any(0 < r["dead"] < 1 for r in hist)  # sevenths: more decimals than 4 before rounding
+
+
+def test_pairs_are_refused_by_name_for_a_model_without_mlps():
+    from gptviz import GPT, ModelConfig
+
+    model = GPT(ModelConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4, attn_only=True))
+    with pytest.raises(ValueError) as err:
+        train_mod.mlp_pairs(model, torch.tensor([[1, 2, 3]]))
+    assert str(err.value) == ("this model has no step 'blocks.0.ln2.hook_out': a transcoder needs an MLP after a norm "
+                              "in every layer")
