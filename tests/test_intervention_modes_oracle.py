@@ -116,3 +116,15 @@ def test_an_unknown_mode_is_refused_by_name(shakespeare):
         intervene(model, tc, ids, [], 0.0, [1], mode="frozen")
     with pytest.raises(ValueError, match="steered_logits computes 'attention', 'free' or 'direct'"):
         steered_logits(model, tc, freeze(model, tc, ids), [], 0.0, "replacement")
+
+
+def test_an_intervention_keeps_no_autograd_graph(shakespeare):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    assert any(p.requires_grad for p in model.parameters())
+    ids = tok.encode(PROMPT)[:10]
+    tc = toy_transcoder(model, True, seed=5).requires_grad_(True)
+    fz = freeze(model, tc, ids)
+    feat = int(fz.features[1][9].nonzero()[0])
+    for mode in MODES:
+        out = intervene(model, tc, ids, [(1, 9, feat)], 0.0, [4, 5], mode=mode)
+        assert not any(t.requires_grad for t in (out["predicted"], out["real"], out["clean"])), mode

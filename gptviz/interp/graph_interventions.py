@@ -121,9 +121,11 @@ def steered_logits(model, tc: Transcoder, frozen: Frozen, scaled: Sequence[tuple
         return read
 
     def writer(layer: int):
-        clean = tc.decode(layer, frozen.features) + frozen.errors[layer]  # the MLP's output on the prompt
+        # the direct mode holds each MLP's output at its value on the prompt; the others add to the live one
+        clean = tc.decode(layer, frozen.features) + frozen.errors[layer] if mode == "direct" else None
+
         def write(t):
-            return ((clean if mode == "direct" else t[0]) + deltas[layer]).unsqueeze(0).to(t.dtype)
+            return ((t[0] if clean is None else clean) + deltas[layer]).unsqueeze(0).to(t.dtype)
         return write
 
     edits: dict = {}
@@ -143,7 +145,6 @@ def steered_logits(model, tc: Transcoder, frozen: Frozen, scaled: Sequence[tuple
         return trace(model, x, edits=edits).logits[0].float()
 
 
-@torch.no_grad()
 def intervene(model, tc: Transcoder, ids, features: Sequence[tuple[int, int, int]], scale: float,
               logit_ids: Sequence[int], mode: str = "attention") -> dict:
     """Each target logit's change when ``features`` ((layer, position, feature) each) are scaled by ``scale``:
@@ -152,25 +153,26 @@ def intervene(model, tc: Transcoder, ids, features: Sequence[tuple[int, int, int
     features were active: an inactive feature's activation is 0 whatever the scale)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} must be one of {', '.join(MODES)}")
-    frozen = freeze(model, tc, ids)
-    T = frozen.ids.numel()
-    chosen = _check(tc, T, features, scale)
-    targets = torch.as_tensor(list(logit_ids), dtype=torch.long)
-    V = frozen.logits.shape[-1]
-    if targets.numel() == 0 or bool(((targets < 0) | (targets >= V)).any()):
-        raise ValueError(f"target logits must be token ids from 0 to {V - 1}")
-    src = _Sources(frozen)
-    W_U = model.lm_head.weight.detach().float()
-    rows = _rows(frozen, weights_of(model), tc, src, tc.n_layer, W_U[targets] - W_U.mean(0),
-                 torch.full((targets.numel(),), T - 1))
-    column = {tuple(int(v) for v in r): i for i, r in enumerate(src.table)}
-    cols = [column[f] for f in chosen if f in column]
-    predicted = (scale - 1.0) * rows[:, cols].sum(1) if cols else torch.zeros(targets.numel())
-    if mode == "replacement":
-        clean = spliced_logits(model, tc, frozen.ids, frozen.errors)
-        after = spliced_logits(model, tc, frozen.ids, frozen.errors, chosen, scale)
-    else:
-        clean = frozen.logits
-        after = steered_logits(model, tc, frozen, chosen, scale, mode)
-    return {"predicted": predicted, "real": _demeaned(after, targets) - _demeaned(clean, targets),
-            "clean": _demeaned(clean, targets), "active": len(cols)}
+    with torch.no_grad():  # a block, not a decorator: mutmut 3.8 mutates no decorated function
+        frozen = freeze(model, tc, ids)
+        T = frozen.ids.numel()
+        chosen = _check(tc, T, features, scale)
+        targets = torch.as_tensor(list(logit_ids), dtype=torch.long)
+        V = frozen.logits.shape[-1]
+        if targets.numel() == 0 or bool(((targets < 0) | (targets >= V)).any()):
+            raise ValueError(f"target logits must be token ids from 0 to {V - 1}")
+        src = _Sources(frozen)
+        W_U = model.lm_head.weight.detach().float()
+        rows = _rows(frozen, weights_of(model), tc, src, tc.n_layer, W_U[targets] - W_U.mean(0),
+                     torch.full((targets.numel(),), T - 1))
+        column = {tuple(int(v) for v in r): i for i, r in enumerate(src.table)}
+        cols = [column[f] for f in chosen if f in column]
+        predicted = (scale - 1.0) * rows[:, cols].sum(1) if cols else torch.zeros(targets.numel())
+        if mode == "replacement":
+            clean = spliced_logits(model, tc, frozen.ids, frozen.errors)
+            after = spliced_logits(model, tc, frozen.ids, frozen.errors, chosen, scale)
+        else:
+            clean = frozen.logits
+            after = steered_logits(model, tc, frozen, chosen, scale, mode)
+        return {"predicted": predicted, "real": _demeaned(after, targets) - _demeaned(clean, targets),
+                "clean": _demeaned(clean, targets), "active": len(cols)}
