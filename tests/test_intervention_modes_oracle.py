@@ -128,3 +128,23 @@ def test_an_intervention_keeps_no_autograd_graph(shakespeare):
     for mode in MODES:
         out = intervene(model, tc, ids, [(1, 9, feat)], 0.0, [4, 5], mode=mode)
         assert not any(t.requires_grad for t in (out["predicted"], out["real"], out["clean"])), mode
+
+
+def test_the_target_ids_run_from_zero_to_the_last_token_and_the_clean_logits_are_returned(shakespeare):
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:10]
+    tc = toy_transcoder(model, False, seed=5)
+    V = model.config.vocab_size
+    fz = freeze(model, tc, ids)
+    feat = int(fz.features[0][9].nonzero()[0])
+    for mode in MODES:
+        out = intervene(model, tc, ids, [(0, 9, feat)], 0.0, [0, V - 1], mode=mode)  # both ends are token ids
+        last = fz.logits[-1].double()
+        if mode != "replacement":  # the model's own logits; the replacement's equal them to rounding
+            torch.testing.assert_close(out["clean"], (last[[0, V - 1]] - last.mean()).float())
+        else:
+            torch.testing.assert_close(out["clean"], (last[[0, V - 1]] - last.mean()).float(), atol=1e-4, rtol=1e-4)
+    for bad in ([V], [-1], []):
+        with pytest.raises(ValueError) as err:
+            intervene(model, tc, ids, [(0, 9, feat)], 0.0, bad)
+        assert str(err.value) == f"target logits must be token ids from 0 to {V - 1}"
