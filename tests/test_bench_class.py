@@ -64,14 +64,63 @@ def test_trainers_have_a_two_second_goal_and_show_their_training_runs():
 
 
 def test_the_sweep_reports_the_largest_class_that_met_p95_and_stops_after_the_first_miss():
-    runs = [result(students=30, seconds=30.0, p95=0.4), result(students=45, seconds=30.0, p95=0.8),
-            result(students=60, seconds=30.0, p95=1.3)]
+    runs = [result(students=90, seconds=30.0, p95=0.4), result(students=120, seconds=30.0, p95=0.8),
+            result(students=150, seconds=30.0, p95=1.3)]
     assert [c.sweep_should_stop(r) for r in runs] == [False, False, True]
     rows = c.sweep_rows(runs, note="--quick: 15 s, not 30 s")
     assert len(rows) == 4 and all(r["ok"] is None for r in rows[:3])
-    assert rows[-1]["ok"] is True and rows[-1]["value"].startswith("45 students met")
-    assert "--quick" in rows[0]["figure"] and exit_status(rows) == 0
+    assert rows[-1]["ok"] is True and rows[-1]["value"].startswith("120 students met")
+    assert "--quick" in rows[0]["figure"] and exit_status(rows) == 0 and "≥ 120 students" in rows[-1]["goal"]
+    short = c.sweep_rows(runs[:1] + [result(students=120, seconds=30.0, p95=1.1)])  # 90 met, 120 did not
+    assert short[-1]["ok"] is False and short[-1]["value"].startswith("90 students met")
     none_met = c.sweep_rows([result(students=30, seconds=30.0, p95=1.2)])
     assert none_met[-1]["ok"] is False and "no class met it" in none_met[-1]["value"]
     failing = c.sweep_rows([result(students=30, seconds=30.0, failures=["1 of 30 students never got a first view"])])
     assert failing[0]["why"] and failing[-1]["ok"] is False and exit_status(failing) == 2
+
+
+def test_cpu_per_change_is_the_servers_cpu_over_its_runs_and_a_ratio_to_the_one_chart_app():
+    app = result(students=20, seconds=30.0, n=100)  # 40 CPU s over 20 first views + 100 changes: 333.3 ms a run
+    floor = result(students=20, seconds=30.0, n=80)
+    floor["cpu"] = dict(floor["cpu"], server_cpu_s=2.0)  # 2 CPU s over 100 runs: 20 ms a run
+    assert abs(c.cpu_per_run_ms(app) - 40_000 / 120) < 1e-9 and abs(c.cpu_per_run_ms(floor) - 20.0) < 1e-9
+    r = c.cpu_row(app, floor)
+    assert r["ok"] is False and not r["why"] and "16.67×" in r["value"]
+    assert "gptviz 333.3 ms a run (20 first views + 100 changes)" in r["value"]
+    assert "one-chart app 20.0 ms" in r["value"]
+    assert r["goal"] == "≤ 0.3× the one-chart app" and "20 students" in r["figure"]
+    cheap = result(students=20, seconds=30.0, n=100)
+    cheap["cpu"] = dict(cheap["cpu"], server_cpu_s=0.6)  # 5 ms a run: 0.25×
+    assert c.cpu_row(cheap, floor)["ok"] is True
+    broken = c.cpu_row(app, result(students=20, failures=["2 of 20 students never got a first view"]))
+    assert broken["why"] and "one-chart app: 2 of 20" in broken["why"] and exit_status([broken]) == 2
+    empty = result(students=20, n=0)
+    empty["students_with_a_view"] = 0
+    assert c.cpu_per_run_ms(empty) is None and c.cpu_row(empty, floor)["why"]
+
+
+def test_joining_a_server_that_just_started_checks_every_first_view():
+    ok = c.joining_row(result(students=60, seconds=0.0, view_max=2.8, n=0), 10.0)
+    assert ok["ok"] is True and "started 10 s before" in ok["figure"] and "cold server" in ok["figure"]
+    assert c.joining_row(result(students=60, seconds=0.0, view_max=3.4, n=0), 10.0)["ok"] is False
+
+
+def test_students_type_new_sentences_of_30_to_60_characters():
+    from tools.load.student import sentence
+
+    texts = [sentence(n) for n in range(3000)]
+    assert len(set(texts)) == 3000 and {len(t) for t in texts} == set(range(30, 61))
+    assert all(t.endswith(".") and "  " not in t for t in texts)
+    assert {len(sentence(n, 40, 41)) for n in range(50)} == {40, 41}
+
+
+def test_two_replicas_report_both_replicas_cpu_and_their_own_goal():
+    from tools.bench import replicas_class as rc
+
+    window = {"replicas": 31.5, "redis": 0.25, "haproxy": 1.5, "others": 2.0, "client": 4.0, "machine": 39.25}
+    r = rc.with_replicas_cpu(result(students=200, seconds=30.0, p95=0.9), window)
+    assert r["cpu"]["server_cpu_s"] == 31.5 and r["cpu"]["other_processes_cpu_s"] == 3.75
+    rows = c.sweep_rows([r], goal_students=rc.GOAL_REPLICAS, where="2 replicas behind HAProxy")
+    assert rows[-1]["ok"] is True and rows[-1]["goal"] == "≥ 200 students"
+    assert "2 replicas behind HAProxy" in rows[0]["figure"] and "server 31.50" in rows[0]["value"]
+    assert c.sweep_rows([result(students=150, seconds=30.0, p95=0.9)], goal_students=200)[-1]["ok"] is False

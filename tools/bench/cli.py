@@ -20,6 +20,7 @@ from tools.bench.live_class import bench_live
 from tools.bench.long_texts import bench_long
 from tools.bench.memory import bench_memory
 from tools.bench.pages import bench_pages
+from tools.bench.replicas_class import bench_replicas
 from tools.bench.report import exit_status, failed, table
 from tools.bench.run_record import LoadSampler, record
 from tools.bench.training import bench_training
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
         ("memory", bench_memory),
         ("training", lambda: bench_training(a.quick)),
         ("browser", lambda: bench_browser(a.quick)),
-        ("class", lambda: bench_class(a.quick)),
+        ("class", lambda: bench_class(a.quick) + bench_replicas(a.quick)),
         ("live", lambda: bench_live(a.quick)),  # a live class on 2 replicas + Redis + HAProxy (~2.5 min)
         ("long", lambda: bench_long(a.quick)),
         # 6 text changes a page for the Qwen3 shape (a max of 6, not a p95: each takes seconds, 19 pages, ~12 minutes)

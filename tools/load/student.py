@@ -33,6 +33,25 @@ def unique_text(n: int) -> str:
     return f"to be, or not to be: that is the {word}."
 
 
+SENTENCE_WORDS = ("king", "queen", "night", "love", "death", "sword", "crown", "heart", "blood", "storm", "moon",
+                  "star", "rose", "winter", "ghost", "fool", "grave", "honour", "tongue", "fortune")
+
+
+def sentence(n: int, low: int = 30, high: int = 60) -> str:
+    """A sentence of ``low`` to ``high`` characters (the length set by ``n``), different for each ``n`` below 26**4,
+    as a student types one: "the <four letters> ..." and words of a play, ending with a full stop."""
+    if not 8 <= low <= high:
+        raise ValueError(f"low={low} and high={high}: need 8 <= low <= high")
+    length = low + (n * 7919) % (high - low + 1)
+    words = ["the", "".join(LETTERS[(n // 26**i) % 26] for i in range(4))]
+    i = n
+    while len(" ".join(words)) < length:
+        words.append(SENTENCE_WORDS[i % len(SENTENCE_WORDS)])
+        i = i // 3 + 7 * len(words)
+    cut = " ".join(words)[: length - 1]
+    return (cut[:-1] + "s" if cut.endswith(" ") else cut) + "."
+
+
 @dataclass
 class Plan:
     """What every student of a class does."""
@@ -50,6 +69,7 @@ class Plan:
     layer_label: str = LAYER_LABEL
     head_label: str = HEAD_LABEL
     text_for: Callable[[int, int], str] | None = None  # (student, change) -> text; overrides the two above
+    text_only: bool = False  # every change is a text edit (no layer or head switch)
 
 
 @dataclass
@@ -108,7 +128,8 @@ class Student:
     def _change(self) -> str:
         """Make one change to the widgets (not sent yet); its kind."""
         kinds = ["text", "text"]
-        for kind, label in (("layer", self.plan.layer_label), ("head", self.plan.head_label)):
+        for kind, label in (() if self.plan.text_only else (("layer", self.plan.layer_label),
+                                                             ("head", self.plan.head_label))):
             try:
                 if len(self.book.find("selectbox", label=label).options) > 1:
                     kinds.append(kind)
