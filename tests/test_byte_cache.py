@@ -93,3 +93,53 @@ def test_a_slim_traces_worked_out_steps_are_counted():
     before = cache.total
     probs = tr["hook_probs"]
     assert cache.get("k") is tr and cache.total == before + probs.nbytes == nbytes(tr)
+
+
+def test_a_value_is_measured_again_only_when_its_size_version_changed():
+    """Measuring a trace walks its ~1,000 arrays, so a hit measures a value again only when its ``size_version``
+    changed since it was last measured (or when it has none, as above)."""
+    class Box(list):
+        size_version = 0
+
+    calls = []
+
+    def size_of(v):
+        calls.append(1)
+        return len(v)
+
+    cache = ByteLRU(100, "t", size_of=size_of)
+    box = Box([0] * 10)
+    cache.put("k", box)
+    box.extend([0] * 5)  # grew, but said nothing
+    for _ in range(3):
+        assert cache.get("k") is box and cache.total == 10
+    assert len(calls) == 1
+    box.size_version = 7
+    assert cache.get("k") is box and cache.total == 15 and len(calls) == 2
+    assert cache.get_or_compute("k", lambda: None) is box and len(calls) == 2
+    box.extend([0] * 90)
+    box.size_version = 8  # 105 bytes: over the budget, but in use, so it stays alone
+    cache.put("other", Box([0] * 1))
+    assert cache.get("k") is box and cache.total == 105 and cache.keys() == ["k"] and len(calls) == 4
+
+
+def test_a_slim_traces_size_follows_its_memo_past_the_memos_cap():
+    """The memo keeps the last four worked-out steps: a fifth replaces the oldest, the memo's length stays 4, and
+    the cache still counts exactly the bytes the trace holds (``nbytes``, the walk) after every step read."""
+    import torch
+
+    from gptviz import GPT, ModelConfig, trace
+
+    cfg = ModelConfig(vocab_size=300, block_size=32, n_layer=2, n_head=2, n_embd=16)
+    idx = torch.randint(0, 300, (2, 32), generator=torch.Generator().manual_seed(1))
+    tr = trace(GPT(cfg), idx, targets=torch.roll(idx, -1, 1), slim=True).numpy().freeze()
+    from gptviz.run.on_demand import OnDemand
+
+    lazy = [n for n in tr if isinstance(tr._acts[n], OnDemand)]
+    assert len(lazy) >= 6
+    cache = ByteLRU(10**9, "t")
+    cache.put("k", tr)
+    for name in lazy[:6] + lazy[:2]:
+        tr[name]
+        assert cache.get("k") is tr and cache.total == nbytes(tr), name
+    assert len(tr._memo) == tr._MEMO

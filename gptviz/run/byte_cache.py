@@ -43,13 +43,21 @@ def nbytes(value: Any) -> int:
     return walk(value)
 
 
+def size_version(value: Any) -> Hashable:
+    """What changes whenever ``value``'s size may have: its ``size_version`` attribute (a Trace's steps worked out
+    on demand), or None for a value without one, which is measured again on every hit."""
+    return getattr(value, "size_version", None)
+
+
 class ByteLRU:
     """``get_or_compute(key, compute)``: the cached value, or ``compute()`` stored under ``key`` while the total
     stays under ``budget`` bytes, least recently used entries evicted to make room."""
 
-    def __init__(self, budget: int, name: str, size_of: Callable[[Any], int] = nbytes):
-        self.budget, self.name, self.size_of = int(budget), name, size_of
+    def __init__(self, budget: int, name: str, size_of: Callable[[Any], int] = nbytes,
+                 version_of: Callable[[Any], Hashable] = size_version):
+        self.budget, self.name, self.size_of, self.version_of = int(budget), name, size_of, version_of
         self._items: "OrderedDict[Hashable, tuple[Any, int]]" = OrderedDict()
+        self._versions: dict[Hashable, Hashable] = {}  # each entry's size_version when it was last measured
         self._total = 0
         self._lock = threading.Lock()
         self._building: dict[Hashable, threading.Event] = {}
@@ -70,32 +78,41 @@ class ByteLRU:
             return self._hit(key)
 
     def _hit(self, key: Hashable) -> Any:
-        """The entry, made the most recently used and measured again (under the lock): a value may have grown since
-        it was stored (a slim trace keeps the last few steps it worked out, ``Trace._memo``), and the others give way
-        to it as they would to a new one."""
+        """The entry, made the most recently used and, if it may have grown since it was measured (its
+        ``version_of`` changed, or it has none), measured again (under the lock): a slim trace keeps the last few
+        steps it worked out (``Trace._memo``), and the others give way to it as they would to a new one."""
         self._items.move_to_end(key)
         value, size = self._items[key]
+        version = self.version_of(value)
+        if version is not None and self._versions.get(key) == version:
+            return value  # measuring a trace walks its ~1,000 arrays: 4 ms of every rerun that reads it
+        self._versions[key] = version
         now = int(self.size_of(value))
         if now != size:
             self._items[key] = (value, now)
             self._total += now - size
             while len(self._items) > 1 and self._total > self.budget:
-                _, (_, old) = self._items.popitem(last=False)
+                gone, (_, old) = self._items.popitem(last=False)
+                self._versions.pop(gone, None)
                 self._total -= old
         return value
 
     def put(self, key: Hashable, value: Any) -> bool:
         """Store ``value``; False (and nothing stored or evicted) when it alone is over the budget."""
+        version = self.version_of(value)  # read before measuring: a step worked out meanwhile is measured next time
         size = int(self.size_of(value))
         with self._lock:
             if key in self._items:
                 self._total -= self._items.pop(key)[1]
+                self._versions.pop(key, None)
             if size > self.budget:
                 return False
             while self._items and self._total + size > self.budget:
-                _, (_, old) = self._items.popitem(last=False)
+                gone, (_, old) = self._items.popitem(last=False)
+                self._versions.pop(gone, None)
                 self._total -= old
             self._items[key] = (value, size)
+            self._versions[key] = version
             self._total += size
             return True
 
@@ -125,4 +142,5 @@ class ByteLRU:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._versions.clear()
             self._total = 0

@@ -6,6 +6,7 @@ shared model at the same time.
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator, Optional, Union, cast
@@ -19,6 +20,8 @@ from . import on_demand
 from .loss import loss_breakdown
 from .on_demand import OnDemand
 from .step_meta import StepMeta, step_meta
+
+_SIZE_VERSIONS = itertools.count(1)  # Trace.size_version: every value new, whichever thread draws it
 
 # Traces served from a cache are read-only (Trace.freeze); reading one through torch.from_numpy is fine and
 # nothing here writes to it, so torch's warning about non-writable arrays would only be noise.
@@ -126,6 +129,7 @@ class Trace(Mapping):
         return v
 
     _MEMO = 4  # the last few values worked out: a page reads one step twice, gradients build on each other
+    size_version = 0  # changes whenever the trace's size may have (a step worked out): ByteLRU measures it then
 
     def _worked_out(self, name: str, grad: bool, compute):
         memo = getattr(self, "_memo", ())
@@ -136,6 +140,7 @@ class Trace(Mapping):
         value = None if value is None else on_demand.as_trace_value(self, value)
         # a new tuple swapped in whole: sessions sharing the trace never see it half written
         self._memo = (((name, grad), value),) + tuple(memo[: self._MEMO - 1])
+        self.size_version = next(_SIZE_VERSIONS)  # never seen before: a cache holding this trace measures it again
         return value
 
     def __contains__(self, name) -> bool:
