@@ -142,3 +142,21 @@ def test_sessions_starting_together_parse_the_source_one_at_a_time(monkeypatch):
         t.join()
     source_code._statements.cache_clear()
     assert most[0] == 1
+
+
+def test_a_steps_description_is_kept_per_name_and_config_and_follows_the_config():
+    """``describe`` keeps what it found per (name, config): asked again, the same object; every step of two configs
+    equal to a fresh search; and a config that differs (a sliding window, RMSNorm) gets its own words."""
+    import dataclasses
+
+    from gptviz import GPT, ModelConfig, trace
+    from gptviz.present import descriptions as d
+
+    a = ModelConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16)
+    b = dataclasses.replace(a, norm="rmsnorm", bias=False)
+    names = list(trace(GPT(a).eval(), torch.zeros(1, 4, dtype=torch.long)))
+    for cfg in (a, b):
+        for name in names:
+            got = d.describe(name, cfg)
+            assert got == d._describe_step(name, cfg) and d.describe(name, cfg) is got
+    assert d.describe("blocks.0.ln1.hook_normalized", a) != d.describe("blocks.0.ln1.hook_normalized", b)

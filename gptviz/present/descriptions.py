@@ -6,6 +6,7 @@ the words, kept apart from the model so the model file stays as readable as nano
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -82,7 +83,15 @@ def _norm_info(name: str, which: str, layer: Optional[int], part: str, cfg: Mode
 
 
 def describe(name: str, cfg: ModelConfig) -> StepInfo:
-    """The StepInfo for a hook name in a model of this config. Unknown names raise ValueError."""
+    """The StepInfo for a hook name in a model of this config. Unknown names raise ValueError. Kept per (name,
+    config): a page asks for a dozen steps on every rerun, and the source lines behind each take ~1 ms to find."""
+    try:
+        return _described(name, cfg)
+    except TypeError:  # a config holding something unhashable: worked out each time
+        return _describe_step(name, cfg)
+
+
+def _describe_step(name: str, cfg: ModelConfig) -> StepInfo:
     meta = step_meta(name, cfg)
     layer, rest, stack = split_name(name, cfg)
     words = _describe(rest, layer, cfg, stack) if cfg.n_enc_layer >= 0 else _describe(rest, layer, cfg)
@@ -93,6 +102,9 @@ def describe(name: str, cfg: ModelConfig) -> StepInfo:
         title = f"{'enc ' if stack == 'encoder' else ''}L{layer} {title}"
     return StepInfo(**{f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}, title=title,
                     formula=formula, explanation=explanation, code=step_code(name, cfg))
+
+
+_described = functools.lru_cache(maxsize=4096)(_describe_step)  # StepInfo and ModelConfig are frozen
 
 
 def step_info(trace, name: str) -> StepInfo:
