@@ -322,3 +322,44 @@ def test_a_chart_in_words_names_its_largest_values_and_their_labels():
     assert bars == "norms. Largest bars: b -3; c 1; a 0.2."
     line = figures.in_words(figures.line_chart({"loss": [4.0, 2.5, 1.25]}, title="Loss").to_dict())
     assert line == "Loss. loss from 4 to 1.25 (lowest 1.25) over 3 points."
+
+
+def _hover(template: str, point: dict) -> str:
+    """Plotly's hover template filled in for one point, by hand: %{text}, %{hovertext} and %{customdata:.4~g} (d3's
+    4 significant digits, trailing zeros trimmed: Python's .4g for these values), the <extra> box dropped."""
+    out = template.replace("%{hovertext}", point["hovertext"]).replace("%{text}", point["text"])
+    out = out.replace("<extra></extra>", "")
+    return out.replace("%{customdata:.4~g}", f"{point['customdata']:.4g}") if "customdata" in point else out
+
+
+def test_a_clickable_patterns_cells_hover_as_before_without_a_string_per_cell(tr):
+    """Every cell of a clickable pattern is one invisible point (two traces: valued and masked cells), and its hover
+    reads exactly as the per-cell sentence did: the row and column, then the value or that the cell is masked. The
+    labels are the points' own row and column labels, escaped (a token is never a link or bold); no sentence is
+    written per cell."""
+    name = "blocks.0.attn.hook_pattern"
+    toks = ["<a href='x'>", "<b>", "&", "the", "mat", "."]
+    m = matrices.step_matrix(tr[name], tr.info(name), toks, batch=1, head=1,
+                             masked=matrices.masked_cells(tr, 1))  # row 1: two padded positions
+    spec = roundtrip(figures.heatmap(m, "pattern", clickable=True))
+    z, masked = np.asarray(m.values, dtype=float), np.asarray(m.masked, dtype=bool)
+    main = spec["data"][0]
+    xs, ys = main["x"], main["y"]
+    cells = [t for t in spec["data"] if t.get("name") == "cells"]
+    assert [t.get("name") for t in spec["data"][1:]] == ["masked", "cells", "cells"]
+    assert masked.any() and (~masked).any()
+    assert not any("<br>" in v for t in cells for v in t["text"])  # labels only: no sentence per cell
+    seen = {}
+    for t in cells:
+        data = figures.words._array(t["customdata"]) if "customdata" in t else None
+        for i, (x, y) in enumerate(zip(t["x"], t["y"])):
+            point = {"text": t["text"][i], "hovertext": t["hovertext"][i]}
+            point |= {"customdata": float(data[i])} if data is not None else {}
+            seen[(ys.index(y), xs.index(x))] = _hover(t["hovertemplate"], point)
+    assert sorted(seen) == [(r, c) for r in range(6) for c in range(6)]  # every cell once
+    for (r, c), shown in seen.items():
+        want = (f"query {ys[r]}<br>key {xs[c]}<br>" + ("masked: this key is in the future or is padding"
+                                                        if masked[r, c] else f"value {z[r, c]:.4g}"))
+        assert shown == want, (r, c)
+    assert "&lt;a href=" in ys[0] and "<a" not in json.dumps(cells)  # the token is text, never a link
+    assert "&lt;b&gt;" in ys[1] and "<b>" not in json.dumps(cells)  # nor bold

@@ -20,7 +20,7 @@ def test_renders_by_default_with_diagram_params_and_loss():
     # the attention heatmap above the fold is a probability map with grey masked cells
     pattern = charts(at)[0]["data"]
     assert (pattern[0]["zmin"] == 0 and pattern[0]["zmax"] == 1
-            and [t.get("name") for t in pattern[1:]] == ["masked", "cells"])
+            and [t.get("name") for t in pattern[1:]] == ["masked", "cells", "cells"])
 
 
 def test_changing_the_shape_changes_params_and_diagram():

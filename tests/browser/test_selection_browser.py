@@ -36,6 +36,13 @@ EVENTS_JS = """(i) => { window.__gptvizEvents = []; const gd = document.querySel
 HOVERED_JS = """([i, x, y]) => { const gd = document.querySelectorAll('.js-plotly-plot')[i];
     return (gd._hoverdata || []).some(p => String(p.x) === String(x) && String(p.y) === String(y)); }"""
 
+# The hover label's lines as shown (each <br> starts a line), and the weight of cell (q, k) as plotly.js holds it.
+HOVER_LINES_JS = """([i, q, k]) => { const gd = document.querySelectorAll('.js-plotly-plot')[i];
+    const box = document.querySelector('.hoverlayer .hovertext');
+    const lines = box ? [...box.querySelectorAll('tspan.line')].map(t => t.textContent) : [];
+    const z = gd.calcdata[0][0].z;
+    return {lines: lines.length ? lines : (box ? [box.textContent] : []), z: z[q][k]}; }"""
+
 # The sidebar's note on the selected pair is on the screen.
 IN_VIEW_JS = """(text) => { const el = [...document.querySelectorAll('[data-testid="stSidebar"] p')]
     .find(e => e.innerText.includes(text)); if (!el) return false; const r = el.getBoundingClientRect();
@@ -85,6 +92,17 @@ def test_clicking_an_attention_cell_selects_that_query_and_key(server, browser):
     # A click that plotly.js never saw (no plotly_click: on a loaded machine the chart can still be taking a late
     # redraw when the pointer arrives) is clicked again, at most three times, each attempt's events kept for the
     # message. A click that plotly.js saw but Streamlit did not select is not retried: that is the bug to catch.
+    # the hover reads the cell's row, column and weight (4 significant digits), or that the cell is masked
+    for hq, hk in ((q, k), (1, 6)):  # key 6 is in query 1's future
+        wait_until_still(page)
+        spot = page.evaluate(CELL_JS, [weights["i"], hq, hk])
+        page.mouse.move(spot["x"], spot["y"])
+        page.wait_for_function(HOVERED_JS, arg=[weights["i"], spot["xlabel"], spot["ylabel"]], timeout=10_000,
+                               polling=50)
+        hover = page.evaluate(HOVER_LINES_JS, [weights["i"], hq, hk])
+        last = "masked: this key is in the future or is padding" if hk > hq else f"value {hover['z']:.4g}"
+        assert hover["lines"] == [f"query {spot['ylabel']}", f"key {spot['xlabel']}", last], hover
+        page.mouse.move(5, 5)
     sidebar = page.locator("[data-testid='stSidebar']")
     attempts = []
     for attempt in range(3):
