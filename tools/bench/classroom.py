@@ -6,7 +6,8 @@ so every text change misses the server's trace cache. Two rows come first, each 
 - **server CPU per text change** — 20 students on the Attention page for 30 s, every change a new text, and the
   same class on a one-chart Streamlit app (a text area and one heatmap: the browser part's baseline) started the
   same way: the server's CPU seconds per run (first views and changes), and gptviz's as a multiple of the
-  one-chart app's. Goal ≤ 0.3×.
+  one-chart app's. Goal ≤ 0.3×. The one-chart app runs in a folder of its own, with Streamlit's default settings
+  (issue 37's floor: a full garbage collection after every run among them).
 - **joining a server that just started** — 60 students open the Attention page at once, 10 s after
   ``streamlit run app.py`` was started (a teacher who starts it as the class sits down): goal every first view
   ≤ 3 s.
