@@ -60,6 +60,23 @@ CASES = {  # name: (rope_parameters, max_position_embeddings)
     "longrope, factor and attention_factor": ({"rope_type": "longrope", "short_factor": [1.5] * 8,
                                                "long_factor": [1.0 + i for i in range(8)], "factor": 2.0,
                                                "attention_factor": 1.1, "original_max_position_embeddings": 16}, 64),
+    # mutation testing's next edges (hf_rope.py at a56fe59): longrope's own factor read (no attention factor given, so
+    # the factor sets it), a factor and an attention factor below 1, and yarn's mscales below 1 and at small factors
+    "longrope, own factor": ({"rope_type": "longrope", "short_factor": [1.5] * 8,
+                              "long_factor": [1.0 + i for i in range(8)], "factor": 2.0,
+                              "original_max_position_embeddings": 16}, 64),
+    "longrope, factor below 1": ({"rope_type": "longrope", "short_factor": [1.5] * 8,
+                                  "long_factor": [1.0 + i for i in range(8)], "factor": 0.5,
+                                  "original_max_position_embeddings": 16}, 64),
+    "longrope, attention_factor below 1": ({"rope_type": "longrope", "short_factor": [1.5] * 8,
+                                            "long_factor": [1.0 + i for i in range(8)], "attention_factor": 0.5,
+                                            "original_max_position_embeddings": 16}, 64),
+    "yarn, mscale below mscale_all_dim": ({"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 16,
+                                           "mscale": 0.5, "mscale_all_dim": 1.0}, 64),
+    "yarn, mscales at factor 1.5": ({"rope_type": "yarn", "factor": 1.5, "original_max_position_embeddings": 16,
+                                     "mscale": 1.0, "mscale_all_dim": 0.5}, 64),
+    "yarn, mscales at factor 0.5": ({"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 16,
+                                     "mscale": 1.0, "mscale_all_dim": 0.5}, 64),
 }
 
 
@@ -388,6 +405,36 @@ NAN = float("nan")
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "mscale": -100.0, "mscale_all_dim": 1.0}},
      "config.json's rope_parameters.mscale=-100.0 and rope_parameters.mscale_all_dim=1.0 give an attention factor of "
      "-11.2969: it must be above 0"),
+    # each message names the key inside its object (mutation testing at a56fe59 found these unread)
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": "x"}},
+     "config.json's rope_scaling.beta_fast='x' must be a finite number"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_slow": "x"}},
+     "config.json's rope_scaling.beta_slow='x' must be a finite number"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 2, "beta_slow": -1}},
+     "config.json's rope_parameters.beta_slow=-1.0 must be above 0: the number of turns where yarn's blend starts "
+     "or ends"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": "x"}},
+     "config.json's rope_scaling.mscale='x' must be a finite number"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale_all_dim": "x"}},
+     "config.json's rope_scaling.mscale_all_dim='x' must be a finite number"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": math.e, "mscale": 1.0, "mscale_all_dim": -10.0}},
+     "config.json's rope_parameters.mscale=1.0 and rope_parameters.mscale_all_dim=-10.0 give an attention factor of "
+     "-inf: it must be above 0"),  # yarn's mscale of mscale_all_dim is 0.1 · -10 · ln e + 1 = 0
+    ({"rope_parameters": {"rope_type": "yarn", "factor": math.e, "mscale": -10.0, "mscale_all_dim": 1.0}},
+     "config.json's rope_parameters.mscale=-10.0 and rope_parameters.mscale_all_dim=1.0 give an attention factor of "
+     "0: it must be above 0"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8, "factor": -1}},
+     "config.json's rope_scaling.factor=-1 must be above 0"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8,
+                       "attention_factor": 0}}, "config.json's rope_scaling.attention_factor=0 must be above 0"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8,
+                       "original_max_position_embeddings": 0}},
+     "config.json's rope_scaling.original_max_position_embeddings=0 must be at least 1"),
+    ({"original_max_position_embeddings": 2**32 + 1,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+     "config.json's original_max_position_embeddings=4294967297 must be at most 4,294,967,296"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2**32 + 1}},
+     "config.json's rope_scaling.original_max_position_embeddings=4294967297 must be at most 4,294,967,296"),
     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}, "hidden_size": 4},  # heads 2 wide
      "rope_type='dynamic' needs at least 4 rotated dimensions, not d_rot=2: it raises the base to the power "
      "d_rot / (d_rot - 2) (in config.json: rope_type is rope_parameters.rope_type (or rope_scaling's))"),
@@ -479,6 +526,7 @@ def test_the_frequency_chart_draws_plain_and_scaled_on_a_log_axis():
     ({"rope_type": "dynamic", "factor": 2.0}, 4096),  # no max_position_embeddings: transformers' 2048
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256, "truncate": False}, 256),  # betas
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale_all_dim": 1.0}, 64),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 2.0}, 64),
 ])
 def test_keys_a_config_leaves_out_take_transformers_defaults(tmp_path, rope, T):
     """A config.json that leaves out max_position_embeddings, yarn's betas or one of its two mscales reads as
@@ -491,3 +539,36 @@ def test_keys_a_config_leaves_out_take_transformers_defaults(tmp_path, rope, T):
     theirs, att = ROPE_INIT_FUNCTIONS[cfg.rope_type](hf_config(d), "cpu", seq_len=T)
     assert torch.allclose(inverse_frequencies(cfg, seq_len=T), theirs.double(), rtol=1e-6, atol=0)
     assert cfg.rope_attention_factor == pytest.approx(att, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind, rope", [
+    ("dynamic", {"rope_type": "dynamic", "factor": 2.0}),
+    ("yarn", {"rope_type": "yarn", "factor": 4.0}),
+])
+def test_a_context_past_2_to_the_32_is_read_and_capped_where_gptviz_keeps_it(tmp_path, kind, rope):
+    """max_position_embeddings has no cap of its own in config.json (a model built for it is capped elsewhere), and the
+    context a scaling measures against is kept at 2^32 at most (ModelConfig's own bound), as a longer one is longer
+    than any text gptviz reads."""
+    from gptviz.model.hf_rope import read_rope
+
+    d = {**BASE, "max_position_embeddings": 2**33, "rope_parameters": {"rope_theta": 500.0, **rope}}
+    fields = read_rope(d)
+    assert fields["rope_type"] == kind and fields["rope_original_max_pos"] == 2**32
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "linear", "factor": 4.0, "beta_fast": -1, "original_max_position_embeddings": 0},
+    {"rope_type": "dynamic", "factor": 2.0, "beta_fast": -1, "mscale": "x"},
+])
+def test_keys_of_other_scalings_are_left_unread_as_transformers_leaves_them(tmp_path, rope):
+    """A linear or dynamic scaling object holding yarn's keys (here out of range) opens as without them: transformers
+    only warns about keys a scaling does not use, and so reads the same frequencies."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d = {**BASE, "rope_parameters": {"rope_theta": 500.0, **rope}}
+    plain = {**BASE, "rope_parameters": {"rope_theta": 500.0, "rope_type": rope["rope_type"],
+                                         "factor": rope["factor"]}}
+    cfg, clean = opened(tmp_path, d), opened(tmp_path, plain)
+    assert cfg == clean
+    theirs, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](hf_config(plain), "cpu", seq_len=32)
+    assert torch.allclose(inverse_frequencies(cfg, seq_len=32), theirs.double(), rtol=1e-6, atol=0)
