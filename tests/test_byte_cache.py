@@ -143,3 +143,48 @@ def test_a_slim_traces_size_follows_its_memo_past_the_memos_cap():
         tr[name]
         assert cache.get("k") is tr and cache.total == nbytes(tr), name
     assert len(tr._memo) == tr._MEMO
+
+
+def test_an_entry_evicted_or_replaced_leaves_no_version_behind():
+    """A server runs for days and every key holds a text's token ids: the versions kept for measuring are those of
+    the entries held, never of one evicted (by a put or by a value that grew) or replaced."""
+    class Box(list):
+        size_version = 0
+
+    cache = ByteLRU(100, "t", size_of=len)
+    boxes = {k: Box([0] * 30) for k in "abcde"}
+    for k, v in boxes.items():
+        cache.put(k, v)  # a and b are evicted on the way
+        assert set(cache._versions) == set(cache.keys())
+    cache.put("e", Box([0] * 10))  # replaced
+    grown = cache.get("d")
+    grown.extend([0] * 60)
+    grown.size_version = 1
+    assert cache.get("d") is grown and cache.keys() == ["e", "d"]  # c gave way to d's growth
+    assert set(cache._versions) == {"e", "d"}
+    assert cache.put("e", Box([0] * 200)) is False  # replaced by a value over the whole budget: not kept
+    assert cache.keys() == ["d"] and set(cache._versions) == {"d"}
+
+
+def test_a_slim_trace_is_measured_once_after_each_step_it_works_out():
+    """The point of ``size_version``: hits on a trace measure it only on the first hit after it worked a step out."""
+    import torch
+
+    from gptviz import GPT, ModelConfig, trace
+
+    cfg = ModelConfig(vocab_size=300, block_size=32, n_layer=1, n_head=2, n_embd=16)
+    idx = torch.randint(0, 300, (1, 32), generator=torch.Generator().manual_seed(2))
+    tr = trace(GPT(cfg), idx, targets=torch.roll(idx, -1, 1), slim=True).numpy().freeze()
+    calls = []
+
+    def size_of(v):
+        calls.append(1)
+        return nbytes(v)
+
+    cache = ByteLRU(10**9, "t", size_of=size_of)
+    cache.put("k", tr)
+    cache.get("k"), cache.get("k")
+    assert len(calls) == 1
+    tr["hook_probs"]
+    cache.get("k"), cache.get("k"), cache.get_or_compute("k", lambda: None)
+    assert len(calls) == 2 and cache.total == nbytes(tr)
