@@ -158,5 +158,5 @@ def test_a_steps_description_is_kept_per_name_and_config_and_follows_the_config(
     for cfg in (a, b):
         for name in names:
             got = d.describe(name, cfg)
-            assert got == d._describe_step(name, cfg) and d.describe(name, cfg) is got
+            assert got == d._describe_step.__wrapped__(name, cfg) and d.describe(name, cfg) is got
     assert d.describe("blocks.0.ln1.hook_normalized", a) != d.describe("blocks.0.ln1.hook_normalized", b)

@@ -83,14 +83,14 @@ def _norm_info(name: str, which: str, layer: Optional[int], part: str, cfg: Mode
 
 
 def describe(name: str, cfg: ModelConfig) -> StepInfo:
-    """The StepInfo for a hook name in a model of this config. Unknown names raise ValueError. Kept per (name,
-    config): a page asks for a dozen steps on every rerun, and the source lines behind each take ~1 ms to find."""
+    """The StepInfo of hook ``name`` in a model of this config, kept per both. Unknown names raise ValueError."""
     try:
-        return _described(name, cfg)
-    except TypeError:  # a config holding something unhashable: worked out each time
         return _describe_step(name, cfg)
+    except TypeError:  # a config holding something unhashable: worked out each time
+        return _describe_step.__wrapped__(name, cfg)
 
 
+@functools.lru_cache(maxsize=4096)  # both frozen; finding a step's source lines takes ~1 ms, a dozen a rerun
 def _describe_step(name: str, cfg: ModelConfig) -> StepInfo:
     meta = step_meta(name, cfg)
     layer, rest, stack = split_name(name, cfg)
@@ -102,9 +102,6 @@ def _describe_step(name: str, cfg: ModelConfig) -> StepInfo:
         title = f"{'enc ' if stack == 'encoder' else ''}L{layer} {title}"
     return StepInfo(**{f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}, title=title,
                     formula=formula, explanation=explanation, code=step_code(name, cfg))
-
-
-_described = functools.lru_cache(maxsize=4096)(_describe_step)  # StepInfo and ModelConfig are frozen
 
 
 def step_info(trace, name: str) -> StepInfo:
