@@ -5,7 +5,9 @@ import math
 import statistics
 from typing import Optional
 
-GOALS = {"trace_gpt2": 1.15, "page_default_ms": 300, "page_gpt2_ms": 2000, "browser_ratio": 3.0,
+GOALS = {"trace_gpt2": 1.15, "page_default_ms": 300, "page_gpt2_ms": 2000,
+         "browser_ratio": 2.0,  # issue 37: a text edit redrawn in at most twice the one-chart app's time (was 3)
+         "startup_s": 4.0,  # issue 37: from `streamlit run app.py` to Home fully drawn in Chromium
          "trace_memory_mib": 1024}
 
 
