@@ -130,6 +130,17 @@ def test_rows_computed_in_many_small_batches_are_the_same(shakespeare):
     torch.testing.assert_close(many.adjacency, one.adjacency, atol=1e-5, rtol=1e-4)
 
 
+def test_a_graph_keeps_no_autograd_graph_and_grad_mode_is_left_as_it_was(shakespeare):
+    """The graph is worked out without autograd: nothing in it requires a gradient (the model's weights do), and the
+    caller's grad mode is on again afterwards."""
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    tc = toy_transcoder(model, True, seed=2)
+    assert any(p.requires_grad for p in model.parameters())
+    g = attribute(model, tc, tok.encode(PROMPT)[:8])
+    assert not g.adjacency.requires_grad and not g.activations.requires_grad and not g.logit_probs.requires_grad
+    assert torch.is_grad_enabled()
+
+
 def test_salient_logits_keep_the_smallest_prefix_reaching_the_probability():
     logits = torch.log(torch.tensor([0.05, 0.5, 0.3, 0.1, 0.05]))
     ids, probs = salient_logits(logits, max_n_logits=10, desired_logit_prob=0.85)

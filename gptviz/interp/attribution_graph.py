@@ -189,7 +189,6 @@ def _partial_influence(rows: torch.Tensor, row_nodes: torch.Tensor, logit_rows: 
     return total
 
 
-@torch.no_grad()
 def attribute(model, tc: Optional[Transcoder], ids, logit_ids: Optional[Sequence[int]] = None,
               max_n_logits: int = MAX_N_LOGITS, desired_logit_prob: float = DESIRED_LOGIT_PROB,
               max_feature_nodes: Optional[int] = None, batch_size: int = BATCH_SIZE,
@@ -199,6 +198,13 @@ def attribute(model, tc: Optional[Transcoder], ids, logit_ids: Optional[Sequence
     that many get rows, chosen in rounds by their estimated influence on the logits, as circuit-tracer does; the
     others are left out of the graph (their effect is not moved to the error nodes). ``tc=None``: an
     attention-only model, whose graph has no features."""
+    with torch.no_grad():  # a block, not a decorator: mutmut 3.8 mutates no decorated function
+        return _attribute(model, tc, ids, logit_ids, max_n_logits, desired_logit_prob, max_feature_nodes, batch_size,
+                          update_interval)
+
+
+def _attribute(model, tc, ids, logit_ids, max_n_logits, desired_logit_prob, max_feature_nodes, batch_size,
+               update_interval) -> AttributionGraph:
     frozen = freeze(model, tc, ids)
     w = weights_of(model)
     L, T = len(frozen.features), frozen.ids.numel()
