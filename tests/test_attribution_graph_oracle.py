@@ -151,6 +151,27 @@ def test_salient_logits_keep_the_smallest_prefix_reaching_the_probability():
     assert ids.tolist() == [1, 2]  # capped
 
 
+def test_the_targets_edges_a_budget_of_none_and_the_meta(shakespeare):
+    """The edges of what ``attribute`` accepts (mutation testing at 5a5c2fb): one target, token 0 and V − 1 as targets
+    and V refused word for word, the most probable logits up to a probability other than the default, a budget of 0
+    features, and the budget kept in the graph's meta."""
+    model, tok = shakespeare.model, shakespeare.tokenizer
+    ids = tok.encode(PROMPT)[:6]
+    tc = toy_transcoder(model, False, seed=3)
+    V = model.config.vocab_size
+    assert attribute(model, tc, ids, logit_ids=[7]).logit_ids.tolist() == [7]
+    assert attribute(model, tc, ids, logit_ids=[0, V - 1]).logit_ids.tolist() == [0, V - 1]
+    with pytest.raises(ValueError) as exc:
+        attribute(model, tc, ids, logit_ids=[V])
+    assert str(exc.value) == f"target logits must be token ids from 0 to {V - 1}"
+    last = trace(model, torch.tensor([ids])).logits[0, -1]
+    want, _ = salient_logits(last, 10, 0.3)
+    assert attribute(model, tc, ids, desired_logit_prob=0.3).logit_ids.tolist() == want.tolist()
+    none = attribute(model, tc, ids, max_feature_nodes=0)
+    assert none.n_features == 0 and none.meta == {"max_feature_nodes": 0, "n_active": none.meta["n_active"]}
+    assert none.meta["n_active"] > 0
+
+
 def test_chosen_targets_and_a_feature_budget(shakespeare):
     model, tok = shakespeare.model, shakespeare.tokenizer
     ids = tok.encode(PROMPT)[:10]
