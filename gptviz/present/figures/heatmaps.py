@@ -54,9 +54,15 @@ def cell_points(xs: Sequence, ys: Sequence, hover: Sequence[Sequence[str]]) -> d
     cell's point instead: its ``x`` and ``y`` are the cell's column and row. ``hover[r][c]`` is cell (r, c)'s
     hover text (the heatmap's own hover is switched off, so there is one label, the same as before)."""
     R, C = len(ys), len(xs)
-    return dict(type="scatter", mode="markers", name="cells", showlegend=False,
-                x=[xs[c] for r in range(R) for c in range(C)], y=[ys[r] for r in range(R) for c in range(C)],
-                text=[hover[r][c] for r in range(R) for c in range(C)], hovertemplate="%{text}<extra></extra>",
+    cells = [(r, c) for r in range(R) for c in range(C)]
+    return _click_targets(x=[xs[c] for _, c in cells], y=[ys[r] for r, _ in cells],
+                          text=[hover[r][c] for r, c in cells], hovertemplate="%{text}<extra></extra>")
+
+
+def _click_targets(**points) -> dict:
+    """The invisible, selectable points named "cells" that ``cell_points`` and ``value_cell_points`` lay over a
+    heatmap (``points``: their coordinates and hover), one look for both."""
+    return dict(type="scatter", mode="markers", name="cells", showlegend=False, **points,
                 marker=dict(symbol="square", size=28, opacity=0), selected=dict(marker=dict(opacity=0)),
                 unselected=dict(marker=dict(opacity=0)))
 
@@ -84,11 +90,8 @@ def value_cell_points(xs: Sequence, ys: Sequence, z: np.ndarray, masked: np.ndar
             continue
         x, y = [xs[c] for c in cols[pick]], [ys[r] for r in rows[pick]]
         shown_x, shown_y = ([escape_label(str(v)) for v in labels] for labels in (x, y))  # text: a tag stays text
-        t = dict(type="scatter", mode="markers", name="cells", showlegend=False, x=x, y=y, text=shown_y,
-                 hovertext=shown_x,
-                 hovertemplate=f"{row_title} %{{text}}<br>{col_title} %{{hovertext}}<br>{tail}<extra></extra>",
-                 marker=dict(symbol="square", size=28, opacity=0), selected=dict(marker=dict(opacity=0)),
-                 unselected=dict(marker=dict(opacity=0)))
+        template = f"{row_title} %{{text}}<br>{col_title} %{{hovertext}}<br>{tail}<extra></extra>"
+        t = _click_targets(x=x, y=y, text=shown_y, hovertext=shown_x, hovertemplate=template)
         if not hidden:
             t["customdata"] = np.asarray(z, dtype=float).reshape(-1)[pick]
         out.append(t)
