@@ -81,3 +81,36 @@ def refreeze_after_imports() -> bool:
         gc.freeze()
         _modules_at_freeze = len(sys.modules)
         return True
+
+
+# Threads for torch's arithmetic, chosen per run by the model's size. A small model's matrices are too small to
+# split: on two threads the Shakespeare GPT's trace (T = 27) cost 14-16 ms of CPU against 8-9 ms on one, the second
+# thread mostly spinning between operations. In a server with 20 students typing on Attention (the bench's class
+# CPU row, three alternated runs each, 2026-11-28) one thread cost 59-62 ms of server CPU a run against 74-85 ms,
+# and the change p95 fell from 0.15-0.20 s to 0.13-0.15 s. A big model's matrices are worth splitting across cores.
+SMALL_MODEL_THREADS = 1
+BIG_MODEL_PARAMS_FOR_THREADS = 20_000_000  # the same line as the app's "big model" (ui.resources.BIG_MODEL_PARAMS)
+
+
+def threads_for(num_params: int, cores: int | None = None) -> int:
+    """How many threads torch should use for a model of ``num_params`` parameters: 1 up to 20 million, else every
+    core (``cores``, default ``os.cpu_count()``), or ``GPTVIZ_TORCH_THREADS`` when it is set (1 to 64)."""
+    import os
+
+    raw = os.environ.get("GPTVIZ_TORCH_THREADS", "").strip()
+    if raw.isdigit() and 1 <= int(raw) <= 64:
+        return int(raw)
+    if num_params <= BIG_MODEL_PARAMS_FOR_THREADS:
+        return SMALL_MODEL_THREADS
+    return max(1, cores if cores is not None else (os.cpu_count() or 1))
+
+
+def use_threads(n: int) -> None:
+    """Set torch's thread count for the calling thread's work. Each of Streamlit's script runs is a thread of its
+    own, and OpenMP keeps the count per thread, so one session's choice does not change another's run. One catch:
+    torch gives a thread the process-wide count (the last one set anywhere) the first time it splits work, so the
+    thread is made to take it first and is then given its own."""
+    import torch
+
+    torch.get_num_threads()  # the thread's first contact: torch copies the process-wide count into it now
+    torch.set_num_threads(max(1, int(n)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
-from ..perf import refreeze_after_imports
+from ..perf import refreeze_after_imports, threads_for, use_threads
 from ..present import url_params
 from ..present.lessons.wording import languages as lesson_languages
 from ..present.markdown_text import plain_md
@@ -236,6 +236,7 @@ def page_setup(title: str, icon: str = ":material/search:", passes: int = 1) -> 
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()
     ctx, notes = resolve(s, resources, passes)
+    use_threads(threads_for(ctx.cfg.num_params()))  # 1 for a small model: see gptviz.perf
     sidebar(s)
     show_notices(notes)
     let_go = st.session_state.pop(resources.LET_GO, None)
