@@ -1,0 +1,62 @@
+"""Warming a server up as it starts, before anyone opens a page.
+
+`streamlit run app.py` serves ``app.py`` as an ``st.App`` whose lifespan starts a thread that imports this module
+and calls ``warm_logged`` once, in the server process. That thread does what the first run of the first session
+would otherwise do while a class waits: import every page's modules (torch, pandas, Plotly and gptviz take about
+3.5 s on two cores), read the opening model, trace its example text and build one heatmap, so that Plotly's own lazy
+imports happen too.
+
+The server answers while this runs. A session that starts before it is done waits for the same imports on Python's
+import lock, as it would have without the warm-up, and then finds them done. Nothing here is shared mutable state:
+the trace and model go into the same process-wide caches a page reads, as any page's first run puts them there.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+import time
+
+_LOG = logging.getLogger(__name__)
+
+
+def warm() -> dict[str, float]:
+    """Import every page's modules, trace the opening model's example text and build its first heatmap; the
+    seconds each part took. Raises what a part raised: ``start`` logs it, and the page that needs the same work
+    then does it (and shows its own message) as it would have without the warm-up."""
+    t0 = time.perf_counter()
+    from . import sections
+
+    for m in pkgutil.iter_modules(sections.__path__):
+        importlib.import_module(f"{sections.__name__}.{m.name}")
+    t1 = time.perf_counter()
+
+    from ..model.hook_names import act_name
+    from ..present import figures, url_params
+    from ..present.descriptions import step_info
+    from ..present.figures.finishing import finished
+    from ..present.matrices import step_matrix
+    from ..present.page_context import resolve
+    from . import resources
+
+    s, _ = url_params.read({})
+    ctx, _ = resolve(s, resources)
+    tr = ctx.trace()
+    t2 = time.perf_counter()
+
+    name = act_name("pattern", 0)
+    fig = figures.heatmap(step_matrix(tr[name], step_info(tr, name), ctx.labels(), ctx.b, 0, n_pos=ctx.n_pos),
+                          clickable=True)
+    finished(fig).to_json()
+    t3 = time.perf_counter()
+    return {"page_modules_s": t1 - t0, "opening_model_trace_s": t2 - t1, "first_figure_s": t3 - t2}
+
+
+def warm_logged() -> None:
+    """``warm``, its failure logged rather than raised (what ``app.py``'s warm-up thread runs)."""
+    try:
+        took = warm()
+    except Exception:  # noqa: BLE001 - a failed warm-up costs the first session its time, nothing else
+        _LOG.warning("gptviz: warming up failed; the first page view will do this work instead", exc_info=True)
+        return
+    _LOG.info("gptviz: warmed up (%s)", ", ".join(f"{k} {v:.2f}" for k, v in took.items()))

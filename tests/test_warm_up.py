@@ -1,0 +1,95 @@
+"""Warming the server up as it starts (issue 37): `streamlit run app.py` finds app.py's st.App, whose lifespan
+starts a thread that does the first session's imports and the opening model's trace before anyone joins."""
+import asyncio
+import json
+import logging
+import runpy
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import streamlit as st
+from streamlit.web.server.app_discovery import discover_asgi_app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# In a fresh interpreter, so that the imports are really done by warm(): then the opening pages' runs
+FRESH = """
+import json, pkgutil, sys
+from gptviz.ui import resources, warm_up
+import gptviz.ui.sections as sections
+took = warm_up.warm()
+missing = [m.name for m in pkgutil.iter_modules(sections.__path__) if f"gptviz.ui.sections.{m.name}" not in sys.modules]
+warmed = resources._TRACES.keys()
+from streamlit.testing.v1 import AppTest
+pages = {}
+for p in ("attention", "home"):
+    at = AppTest.from_file(sys.argv[1] + f"/app_pages/{p}.py", default_timeout=120).run()
+    pages[p] = {"exceptions": len(at.exception), "traces": len(resources._TRACES.keys())}
+print(json.dumps({"took": sorted(took), "missing": missing, "warmed": len(warmed), "pages": pages,
+                  "ids": list(warmed[0][2][0]), "grads": warmed[0][6]}))
+"""
+
+
+def test_the_warm_up_imports_every_section_and_traces_what_the_opening_pages_read():
+    out = subprocess.run([sys.executable, "-c", FRESH, str(ROOT)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["missing"] == [] and r["took"] == ["first_figure_s", "opening_model_trace_s", "page_modules_s"]
+    # one trace, of the opening model's example text, and the pages that open first ask for no other
+    assert r["warmed"] == 1 and r["grads"] is False
+    assert r["pages"] == {"attention": {"exceptions": 0, "traces": 1}, "home": {"exceptions": 0, "traces": 1}}
+    # the opening model is the Shakespeare GPT, and a bare address shows its example line
+    from gptviz.model.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(ROOT / "checkpoints" / "shakespeare.safetensors")
+    assert r["ids"] == ck.tokenizer.encode("To be, or not to be,--that is the question:--") == ck.tokenizer.encode(
+        ck.meta["example"])
+
+
+def test_streamlit_run_serves_app_py_as_an_app_whose_lifespan_starts_the_warm_up(monkeypatch):
+    found = discover_asgi_app(ROOT / "app.py")
+    assert found.is_asgi_app and found.import_string == "app:app"
+    ns = runpy.run_path(str(ROOT / "app.py"), run_name="app")  # as uvicorn imports it: not "__main__"
+    app = ns["app"]
+    assert isinstance(app, st.App) and Path(app.script_path).resolve() == ROOT / "app.py"
+
+    from gptviz.ui import warm_up
+
+    ran = threading.Event()
+    threads: list[str] = []
+
+    def warm_logged():
+        threads.append(threading.current_thread().name)
+        ran.set()
+
+    monkeypatch.setattr(warm_up, "warm_logged", warm_logged)
+
+    async def serve():
+        async with ns["_warm_up_as_the_server_starts"](None):
+            assert ran.wait(30)  # the server serves inside this block while the thread works
+
+    asyncio.run(serve())
+    assert threads == ["gptviz-warm-up"]
+
+
+def test_app_py_run_as_a_script_is_the_navigation():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    assert any("gptviz" in t.value for t in at.title)
+
+
+def test_a_failed_warm_up_is_a_warning_and_nothing_else(monkeypatch, caplog):
+    from gptviz.ui import warm_up
+
+    def broken():
+        raise RuntimeError("no checkpoint")
+
+    monkeypatch.setattr(warm_up, "warm", broken)
+    with caplog.at_level(logging.INFO, logger=warm_up.__name__):
+        assert warm_up.warm_logged() is None
+    assert [(r.levelname, "no checkpoint" in (r.exc_text or "")) for r in caplog.records] == [("WARNING", True)]
+    assert "the first page view will do this work instead" in caplog.records[0].getMessage()
