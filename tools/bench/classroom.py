@@ -87,8 +87,10 @@ def settings_label(r: dict, warm: bool, note: str = "") -> str:
 
 def cpu_label(r: dict) -> str:
     c = r["cpu"]
-    return (f"CPU s: server {_s(c.get('server_cpu_s'))}, others {_s(c.get('other_processes_cpu_s'))} "
-            f"in {r['wall_s']:.0f} s ({c.get('cores')} cores, load {c.get('load_average_start', 0):.1f}→"
+    steal = c.get("steal_cpu_s")
+    return (f"CPU s: server {_s(c.get('server_cpu_s'))}, others {_s(c.get('other_processes_cpu_s'))}"
+            + (f", taken by the host (steal) {_s(steal)}" if steal is not None else "")
+            + f" in {r['wall_s']:.0f} s ({c.get('cores')} cores, load {c.get('load_average_start', 0):.1f}→"
             f"{c.get('load_average_end', 0):.1f})")
 
 

@@ -116,7 +116,8 @@ def table(r: dict) -> str:
         ("CPU s: server / others / machine", f"{_s(c['server_cpu_s'])} / {_s(c['other_processes_cpu_s'])} / "
                                              f"{_s(c['machine_busy_cpu_s'])} of {c['cores'] * r['wall_s']:.0f} "
                                              f"({c['cores']} cores); load avg {c['load_average_start']:.1f} → "
-                                             f"{c['load_average_end']:.1f}"),
+                                             f"{c['load_average_end']:.1f}; taken by the host (steal) "
+                                             f"{_s(c.get('steal_cpu_s'))}"),
         ("messages · MiB · by reference", f"{r['protocol']['messages']} · {r['protocol']['mib']:.1f} · "
                                           f"{r['protocol']['refs_resolved']}"),
     ]
