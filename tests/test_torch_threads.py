@@ -1,5 +1,6 @@
 """Torch's threads per run (gptviz.perf, issue 37): one for a small model, every core for a big one, chosen in the
 script's own thread so that one session's choice leaves another's run alone."""
+import os
 import threading
 
 import pytest
@@ -22,6 +23,16 @@ def test_a_small_model_gets_one_thread_and_a_big_one_every_core(monkeypatch):
     monkeypatch.delenv("GPTVIZ_TORCH_THREADS", raising=False)
     assert [threads_for(n, cores=2) for n in (1, 853_248, 20_000_000)] == [1, 1, 1]
     assert [threads_for(n, cores=c) for n, c in ((20_000_001, 2), (124_439_808, 8), (596_049_920, 1))] == [2, 8, 1]
+
+
+def test_a_big_model_gets_the_cores_the_machine_says_it_has(monkeypatch):
+    monkeypatch.delenv("GPTVIZ_TORCH_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert threads_for(124_439_808) == 4
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # a platform that cannot tell: one
+    assert threads_for(124_439_808) == 1
+    monkeypatch.setenv("GPTVIZ_TORCH_THREADS", "1")  # the environment's count holds for a big model too
+    assert threads_for(124_439_808, cores=8) == 1
 
 
 @pytest.mark.parametrize("raw, want", [("3", 3), (" 1 ", 1), ("64", 64), ("0", 1), ("65", 1), ("-2", 1), ("two", 1),
