@@ -264,3 +264,25 @@ def test_a_padded_grouped_query_slim_trace_against_its_full_trace():
                     g = torch.from_numpy(np.asarray(g)) if isinstance(g, np.ndarray) else g
                     assert torch.allclose(g, full.grad(name), atol=1e-6, rtol=1e-5), name
     assert on_demand.STEPS == ("scores_raw", "scores_scaled", "attn_scores")
+
+
+def test_a_worked_out_gradient_that_comes_out_none_stays_none_on_either_kind_of_trace():
+    """The pattern's gradient is worked out from z's. Where z's is None (off the loss path), the pattern's, and the
+    scores' after it, are None too: on a numpy trace as on a torch one, asked once or again (mutation testing at
+    a56fe59: ``Trace._worked_out__mutmut_13`` sent the None on to the numpy conversion, which raised)."""
+    cfg = ModelConfig(vocab_size=17, block_size=6, n_layer=2, n_head=2, n_embd=8, seed=3)
+    m = GPT(cfg).eval()
+    idx = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    a = "blocks.0.attn."
+    for kind in ("torch", "numpy"):
+        def fresh(kind=kind):
+            tr = trace(m, idx, idx, grads=True, slim=True)
+            return tr.numpy() if kind == "numpy" else tr
+
+        tr = fresh()
+        assert isinstance(tr.grads[a + "hook_pattern"], OnDemand) and tr.is_numpy == (kind == "numpy")
+        assert tr.grad(a + "hook_z") is not None and tr.grad(a + "hook_pattern") is not None
+        off = fresh()
+        off.grads[a + "hook_z"] = None  # as if z were off the loss path
+        for step in ("pattern", "attn_scores", "scores_scaled", "scores_raw", "pattern"):
+            assert off.grad(a + f"hook_{step}") is None, (kind, step)
