@@ -54,6 +54,9 @@ def test_the_warm_up_imports_every_section_and_traces_what_the_opening_pages_rea
 def test_streamlit_run_serves_app_py_as_an_app_whose_lifespan_starts_the_warm_up(monkeypatch):
     found = discover_asgi_app(ROOT / "app.py")
     assert found.is_asgi_app and found.import_string == "app:app"
+    from streamlit import config
+
+    monkeypatch.setattr(config, "_main_script_path", config._main_script_path)  # the App sets it: put it back after
     ns = runpy.run_path(str(ROOT / "app.py"), run_name="app")  # as uvicorn imports it: not "__main__"
     app = ns["app"]
     assert isinstance(app, st.App) and Path(app.script_path).resolve() == ROOT / "app.py"
