@@ -23,12 +23,12 @@ if seq2seq:
                "come from the encoder output, no causal mask, only the source's padding is grey.")
 
 if not seq2seq and ctx.cfg.n_head >= sec.WIDE_GRID_HEADS:  # many heads: the pattern, then the grid, each page-wide
-    sec.pattern(ctx, key="top", kind=kind)
+    sec.pattern(ctx, key="top", kind=kind, plot_px=sec.WIDE_PATTERN_PLOT_PX)
     sec.head_detector_grid(ctx, key="det", cells_px=700)
 else:
     left, right = st.columns([3, 2])
     with left:
-        sec.pattern(ctx, key="top", kind=kind)
+        sec.pattern(ctx, key="top", kind=kind, plot_px=sec.PATTERN_PLOT_PX)
     with right:
         if seq2seq:
             st.markdown("**Where each decoder position looks most** (head " + str(ctx.head or 0) + ")")

@@ -363,3 +363,24 @@ def test_a_clickable_patterns_cells_hover_as_before_without_a_string_per_cell(tr
         assert shown == want, (r, c)
     assert "&lt;a href=" in ys[0] and "<a" not in json.dumps(cells)  # the token is text, never a link
     assert "&lt;b&gt;" in ys[1] and "<b>" not in json.dumps(cells)  # nor bold
+
+
+def test_x_labels_stand_level_when_they_fit_else_upright_and_every_kth_when_even_that_is_tight():
+    """readable_x_labels: never 45°. A label fits level when its width (plus 6 px) is within its column; an upright
+    label is one line, about 1.5 × the font size across, so only every k-th is kept when columns are narrower."""
+    abcd = figures.figure([dict(type="heatmap", z=np.zeros((2, 4)))],
+                          dict(xaxis=dict(tickvals=[0, 1, 2, 3], ticktext=list("abcd"), tickfont=dict(size=14))))
+    level = figures.readable_x_labels(abcd, 400)  # 100 px a column for a one-letter label
+    assert level.layout.xaxis.tickangle == 0 and list(level.layout.xaxis.ticktext) == list("abcd")
+    words = [f"w{i:03d}x" for i in range(20)]  # 5 characters at 14 px: wider than 30 px
+    fig = figures.figure([dict(type="heatmap", z=np.zeros((2, 20)))],
+                         dict(xaxis=dict(tickvals=list(range(20)), ticktext=words, tickfont=dict(size=14))))
+    roomy = figures.readable_x_labels(fig, 600)  # 30 px a column: upright, every label (21 px each)
+    assert roomy.layout.xaxis.tickangle == -90 and list(roomy.layout.xaxis.ticktext) == words
+    tight = figures.readable_x_labels(fig, 240)  # 12 px a column: every 2nd (24 px apart)
+    assert tight.layout.xaxis.tickangle == -90
+    assert list(tight.layout.xaxis.ticktext) == words[::2]
+    assert list(tight.layout.xaxis.tickvals) == list(range(0, 20, 2))
+    tighter = figures.readable_x_labels(fig, 100)  # 5 px a column: every 5th (25 px apart)
+    assert list(tighter.layout.xaxis.tickvals) == [0, 5, 10, 15]
+    assert fig.layout.xaxis.tickangle is None and list(fig.layout.xaxis.ticktext) == words  # the one given is unchanged

@@ -54,12 +54,12 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
 def downloads(name: str, full: np.ndarray, shown=None, key: str = "") -> None:
     """Download buttons: the whole tensor as .npy, and the slice on screen as CSV. Built only when clicked."""
     safe = name.replace(".", "_")
-    c1, c2 = st.columns(2)
-    c1.download_button("⬇ .npy (whole tensor)", data=lambda: _npy_bytes(full), file_name=f"{safe}.npy",
-                       mime="application/octet-stream", key=f"dl.npy.{key}{name}", on_click="ignore")
+    row = st.container(horizontal=True)  # one block, not a row of columns: each block is a message on every run
+    row.download_button("⬇ .npy (whole tensor)", data=lambda: _npy_bytes(full), file_name=f"{safe}.npy",
+                        mime="application/octet-stream", key=f"dl.npy.{key}{name}", on_click="ignore")
     if shown is not None:
-        c2.download_button("⬇ CSV (this view)", data=lambda: _csv_bytes(shown.values, shown.rows, shown.cols),
-                           file_name=f"{safe}.csv", mime="text/csv", key=f"dl.csv.{key}{name}", on_click="ignore")
+        row.download_button("⬇ CSV (this view)", data=lambda: _csv_bytes(shown.values, shown.rows, shown.cols),
+                            file_name=f"{safe}.csv", mime="text/csv", key=f"dl.csv.{key}{name}", on_click="ignore")
 
 
 def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optional[str] = None, key: str = "",
@@ -132,11 +132,11 @@ def heads_off_toggle(ctx: Ctx, layer: int, key: str = "") -> None:
     """Switch heads of one layer off and on; the trace is recomputed with their weights zeroed."""
     spec = ctx.s.setdefault("edits", edit_specs.empty())
     off = {tuple(h) for h in spec.get("heads_off", [])}
-    cols = st.columns(min(ctx.cfg.n_head, 8))
+    row = st.container(horizontal=True, gap="medium")  # one block that wraps, not a column a head
     for h in range(ctx.cfg.n_head):
         k = f"gptviz.headoff.{key}.{layer}.{h}"  # the key keeps two of these on one page apart
         st.session_state[k] = (layer, h) in off
-        cols[h % len(cols)].toggle(f"L{layer} H{h} off", key=k, on_change=_flip_head, args=(ctx.s, layer, h))
+        row.toggle(f"L{layer} H{h} off", key=k, on_change=_flip_head, args=(ctx.s, layer, h))
 
 
 def _flip_head(s: dict, layer: int, head: int) -> None:
@@ -215,12 +215,15 @@ def vector_editor(ctx: Ctx, name: str, pos: int, key: str = "", head: Optional[i
         st.rerun()
 
 
-def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downloads: bool = True):
-    """A per-head step for the selected head, or for every head at once when "all heads" is chosen."""
+def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downloads: bool = True,
+              plot_px: Optional[float] = None):
+    """A per-head step for the selected head, or for every head at once when "all heads" is chosen. ``plot_px``:
+    the one head's plot width on screen (``step_heatmap``)."""
     tr = ctx.trace(grads=grad)
     info = step_info(tr, name)
     if ctx.head is not None or "query_pos" not in info.axes:
-        return step_heatmap(ctx, name, head=ctx.head, key=key, grad=grad, with_downloads=with_downloads)
+        return step_heatmap(ctx, name, head=ctx.head, key=key, grad=grad, with_downloads=with_downloads,
+                            plot_px=plot_px)
     value = tr.grad(name) if grad else tr[name]
     if value is None:
         st.info(f"{info.title}: the loss does not depend on this step, so it has no gradient.")

@@ -1,5 +1,5 @@
 import numpy as np
-from apphelp import array, chart, ok, page, set_sidebar, titles
+from apphelp import array, chart, charts, ok, page, set_sidebar, titles
 
 
 def _step(at, title_start):
@@ -168,3 +168,22 @@ def test_the_pattern_is_told_in_words_for_a_screen_reader():
     q, k = np.unravel_index(int(np.argmax(p)), p.shape)
     assert proto.alt.startswith("L1 attention weights · head 1. A ")
     assert f"{p[q, k]:.3g} at row " in proto.alt and f"{tok.token_str(ids[k])!r}" in proto.alt, proto.alt
+
+
+def test_the_patterns_key_labels_stand_upright_and_apart_in_its_column():
+    """The pattern in the page's left column is about 257 px wide at 1280×720 (measured in Chromium): its key labels
+    stand upright, never at 45° where neighbours cross, and as many as fit apart (1.5 × the 14-px font each)."""
+    import math
+
+    from gptviz.model.checkpoint import load_checkpoint
+    from gptviz.paths import CHECKPOINTS
+
+    at = ok(page("attention", opening=True))
+    ax = charts(at)[0]["layout"]["xaxis"]
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    T = len(ck.tokenizer.encode(ck.meta["example"]))  # the opening model's example line
+    step = math.ceil(1.5 * 14 / (240 / T))
+    assert T == 18 and step == 2
+    # the key axis's categories are named "position: 'token'"
+    assert ax["tickangle"] == -90 and [int(v.split(":")[0]) for v in ax["tickvals"]] == list(range(0, T, step))
+    assert len(ax["ticktext"]) == 9

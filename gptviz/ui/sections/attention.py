@@ -198,10 +198,17 @@ def _draw_step(ctx, title: str, name: str, key: str) -> None:
     explain(step_info(tr, name))
 
 
+# The pattern's plot width on a 1280×720 screen, in the Attention page's left column (three fifths of the main
+# column, less the query labels and the colour bar: 257 px measured in Chromium) and across the page (641 px at
+# 1280): it decides whether the key labels stand level or upright (readable_x_labels), never crossed at 45°.
+PATTERN_PLOT_PX, WIDE_PATTERN_PLOT_PX = 240, 600
+
+
 @section("attention.pattern")
-def pattern(ctx, *, key: str = "pat", kind: str = "self") -> None:
+def pattern(ctx, *, key: str = "pat", kind: str = "self", plot_px: float | None = None) -> None:
     """The chosen head's attention weights (every head's, with "all heads"); ``kind="cross"``: its
-    cross-attention weights, decoder positions × encoder positions."""
+    cross-attention weights, decoder positions × encoder positions. ``plot_px``: the one head's plot width on
+    screen, for readable key labels."""
     if kind == "cross":
         name = act_name("pattern", ctx.layer, "cross_attn")
         cross_step(ctx, name, key=key)
@@ -210,7 +217,7 @@ def pattern(ctx, *, key: str = "pat", kind: str = "self") -> None:
         if getattr(ctx.cfg, "attn_sinks", False) and ctx.head is not None:
             _pattern_with_sink(ctx, name, key)
         else:
-            head_step(ctx, name, key=key)
+            head_step(ctx, name, key=key, plot_px=plot_px)
     explain(step_info(ctx.trace(), name), code=False)
 
 
