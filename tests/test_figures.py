@@ -1,5 +1,6 @@
 """Figure builders on their own: traces, labels, colour scales, masked cells."""
 import json
+import math
 
 import numpy as np
 import plotly.io as pio
@@ -384,3 +385,20 @@ def test_x_labels_stand_level_when_they_fit_else_upright_and_every_kth_when_even
     tighter = figures.readable_x_labels(fig, 100)  # 5 px a column: every 5th (25 px apart)
     assert list(tighter.layout.xaxis.tickvals) == [0, 5, 10, 15]
     assert fig.layout.xaxis.tickangle is None and list(fig.layout.xaxis.ticktext) == words  # the one given is unchanged
+
+
+def test_labels_turned_before_finishing_get_the_room_they_take():
+    """A few labels on a wide chart are not crowded, but turned upright already (readable_x_labels on a narrow plot)
+    they hang down their whole width: the bottom margin makes room for it, so the axis title stays below them."""
+    from gptviz.present.figures.base import text_px
+
+    labels = ["To␣", "or␣", "be", "that␣", "qu", "on"]
+
+    def bottom(angle):
+        lay = dict(xaxis=dict(tickvals=list(range(6)), ticktext=labels, tickfont=dict(size=14), tickangle=angle,
+                              title=dict(text="key")))
+        return figures.fixed_margins(figures.figure([dict(type="heatmap", z=np.zeros((2, 6)))], lay)).layout.margin.b
+
+    widest = text_px("that␣", 14)
+    assert bottom(-90) - bottom(0) == pytest.approx(widest - 14, abs=1)  # its width, not one line's height
+    assert bottom(-45) - bottom(0) == pytest.approx((widest - 14) * math.sin(math.pi / 4), abs=1)

@@ -110,3 +110,21 @@ def test_a_short_text_keeps_every_layers_gradients_on_the_page():
     T = b.lengths[0]
     allowed = np.tril(np.ones((T, T), dtype=bool))
     np.testing.assert_allclose(g[:T, :T][allowed], want[:T, :T][allowed], atol=1e-6, rtol=1e-4)
+
+
+def test_both_halves_write_their_key_labels_upright_and_apart():
+    """Forward value and gradient side by side are each about 178 px wide at 1280×720 (measured in Chromium): their
+    key labels stand upright, every k-th as many as fit 1.5 × the 14-px font apart, never crossed at 45°."""
+    import math
+
+    from gptviz.model.checkpoint import load_checkpoint
+    from gptviz.paths import CHECKPOINTS
+
+    at = ok(page("backward", opening=True))
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    T = len(ck.tokenizer.encode(ck.meta["example"]))
+    step = math.ceil(1.5 * 14 / (160 / T))
+    assert (T, step) == (18, 3)
+    for fig in charts(at)[:2]:  # the layer's attention weights and their gradient
+        ax = fig["layout"]["xaxis"]
+        assert ax["tickangle"] == -90 and [int(v.split(":")[0]) for v in ax["tickvals"]] == list(range(0, T, step))

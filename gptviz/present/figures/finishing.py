@@ -91,11 +91,12 @@ def finish_spec(spec: dict, plot_width: int = 700) -> dict | None:
             dom = ax.get("domain") or [0, 1]
             room = plot_width * max(0.1, dom[1] - dom[0]) / max(1, len(labels))
             tall = size * 1.3
-            if labels and widest + 4 > room:  # crowded labels turn: by 45° when there is room, else on their side
-                angle = ax.get("tickangle")
-                if angle is None or angle == "auto":
-                    angle = -45 if room >= size * 1.5 else -90
-                    lay[key] = dict(ax, tickangle=angle)
+            angle = ax.get("tickangle")
+            if labels and widest + 4 > room and (angle is None or angle == "auto"):
+                # crowded labels turn: by 45° when there is room, else on their side
+                angle = -45 if room >= size * 1.5 else -90
+                lay[key] = dict(ax, tickangle=angle)
+            if labels and angle is not None and angle != "auto":  # turned here or before (readable_x_labels)
                 turn = abs(math.sin(math.radians(float(angle))))
                 tall = widest * turn + size * (1.3 - turn)
             side = "t" if ax.get("side") == "top" else "b"

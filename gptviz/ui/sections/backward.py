@@ -12,6 +12,10 @@ from ...run import edits as edit_specs
 from ..widgets import head_step, plot, step_heatmap
 from . import section
 
+# Each half's plot width on a 1280×720 screen (178 px measured in Chromium): the key labels stand upright and apart
+# there (readable_x_labels), where at 45° eighteen tokens crossed each other.
+HALF_PLOT_PX = 160
+
 
 @section("backward.step")
 def step(ctx, *, key: str = "bw") -> None:
@@ -32,14 +36,14 @@ def step(ctx, *, key: str = "bw") -> None:
     left, right = st.columns(2)
     with left:
         if per_head:
-            head_step(ctx, choice, key=f"{key}.f", with_downloads=False)
+            head_step(ctx, choice, key=f"{key}.f", with_downloads=False, plot_px=HALF_PLOT_PX)
         else:
-            step_heatmap(ctx, choice, key=f"{key}.f", with_downloads=False)
+            step_heatmap(ctx, choice, key=f"{key}.f", with_downloads=False, plot_px=HALF_PLOT_PX)
     with right:
         if per_head:
-            head_step(ctx, choice, key=f"{key}.g", grad=True)
+            head_step(ctx, choice, key=f"{key}.g", grad=True, plot_px=HALF_PLOT_PX)
         else:
-            step_heatmap(ctx, choice, key=f"{key}.g", grad=True)
+            step_heatmap(ctx, choice, key=f"{key}.g", grad=True, plot_px=HALF_PLOT_PX)
     # A switched-off head: its pattern is held at 0 but still has a gradient; what made it gets exactly none.
     off_note = None if ctx.edit_notice else edit_specs.switched_off_reading(
         tr, choice, ctx.s.get("edits"), ctx.head if per_head else None)
