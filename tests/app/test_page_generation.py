@@ -99,3 +99,18 @@ def test_empty_prompt_is_a_message():
     ok(at) if at.get("plotly_chart") else None
     assert not at.exception
     assert any("no tokens" in w.value for w in at.warning)
+
+
+def test_every_query_label_of_the_pattern_has_a_line_of_its_own():
+    """At 340 px, 18 rows had 10.5 px each and their 14-px labels sat on one another (looked at in Chromium). The
+    plot's height, less its margins, gives each row at least one line of the tick font (1.2 × 14 px)."""
+    from gptviz.model.checkpoint import load_checkpoint
+    from gptviz.paths import CHECKPOINTS
+
+    at = ok(page("generation", opening=True))
+    fig = chart(at, "What each token looks at")
+    lay = fig["layout"]
+    ck = load_checkpoint(CHECKPOINTS / "shakespeare.safetensors")
+    rows = len(ck.tokenizer.encode(ck.meta["example"]))  # the opening model's example line is the prompt
+    assert rows == 18 and len(lay["yaxis"]["ticktext"]) == rows
+    assert (lay["height"] - lay["margin"]["t"] - lay["margin"]["b"]) / rows >= 1.2 * 14

@@ -83,6 +83,11 @@ def _generated(key: str, ids: list) -> Optional[dict]:
     return g if g and g["ids"] == ids else None  # generated from another prompt: not this one's
 
 
+# A row of the pattern, in pixels: one line of the 14-px tick font (1.2 × 14 = 16.8) and a little air. At 340 px,
+# 18 rows had 10.5 px each and their query labels sat on one another (looked at in Chromium, 1280×720).
+ROW_PX = 18
+
+
 @section("generation.pattern")
 def pattern(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature: Optional[float] = None,
             top_k: Optional[int] = None, top_p: Optional[float] = None) -> None:
@@ -98,8 +103,9 @@ def pattern(ctx, *, key: str = "gen", prompt: Optional[str] = None, temperature:
     name = act_name("pattern", L)
     m = matrices.step_matrix(tr[name], step_info(tr, name), [vocab[i] for i in shown], 0, H,
                              masked=matrices.masked_cells(tr, 0))
+    height = max(340, min(720, ROW_PX * len(shown) + 150))  # every query label a line of its own, up to 31 rows
     plot(ctx, figures.heatmap(m, f"What each token looks at: layer {L} head {H}"
-                              + (" (prompt + generated)" if len(shown) > len(inp.ids) else " (prompt)"), height=340),
+                              + (" (prompt + generated)" if len(shown) > len(inp.ids) else " (prompt)"), height=height),
          key=f"{key}.pattern")
 
 
