@@ -1,5 +1,6 @@
 """A classroom: 30 sessions at once on one server, one cached model, each with its own text and edits."""
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -11,11 +12,13 @@ from gptviz.run import edits as edit_specs
 N = 30
 
 
-def _session(i: int, tries: int = 5):
+def _session(i: int, tries: int = 10):
     """Student ``i``'s session: the Logits page, then their own text and edits. AppTest swaps process-wide
     globals around every run (see below), so on parallel threads its own bookkeeping can very rarely lose a
     widget's id (a KeyError raised inside AppTest's run, seen in about 1 of 3 runs when the engine tests ran
-    first, on code from before this change too): that student starts again in a new session."""
+    first, on code from before this change too): that student starts again in a new session. Five tries were
+    once not enough (a fresh clone's run at 869c2e1, where a small model's run became one torch thread and so
+    overlaps the other sessions' runs for longer), hence ten, each a second apart at most."""
     for k in range(tries):
         try:
             at = page("logits")
@@ -26,6 +29,7 @@ def _session(i: int, tries: int = 5):
         except KeyError:
             if k == tries - 1:
                 raise
+            time.sleep(0.1 * (k + 1))  # out of step with the sessions it collided with
 
 
 def _shown(at) -> str:
