@@ -7,6 +7,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
 
@@ -110,9 +111,18 @@ def test_a_teacher_and_three_students(server, browser):
     print(f"follow: teacher's Next -> students on step 2 after {', '.join(f'{t:.2f}' for t in took)} s")
 
     # a student explores (Previous), the class moves on without them, and they come back
-    wait_for_script(students[0])
-    students[0].get_by_role("button", name=re.compile("Previous")).click()
-    wait_step(students[0], 1)
+    for attempt in range(2):
+        wait_for_script(students[0])
+        students[0].get_by_role("button", name=re.compile("Previous")).click()
+        try:
+            wait_step(students[0], 1, timeout=30_000)
+            break
+        except PlaywrightTimeout:
+            # Seen once in a fresh clone's run with the suite on three workers (cdd523e): 60 s on step 2 after the
+            # click, which passes alone. The student's page polls the class every second (a fragment), and that
+            # rerun can take a click's place. Clicked once more only if the page is still on step 2.
+            if attempt or step_of(students[0]) != 2:
+                raise
     students[0].get_by_role("button", name="Back to the class").wait_for(timeout=30_000)
     teacher.get_by_role("button", name=re.compile("Next")).click()
     for s in students[1:]:
