@@ -89,7 +89,9 @@ def refreeze_after_imports() -> bool:
 # CPU row, three alternated runs each, 2026-11-28) one thread cost 59-62 ms of server CPU a run against 74-85 ms,
 # and the change p95 fell from 0.15-0.20 s to 0.13-0.15 s. A big model's matrices are worth splitting across cores.
 SMALL_MODEL_THREADS = 1
-BIG_MODEL_PARAMS_FOR_THREADS = 20_000_000  # the same line as the app's "big model" (ui.resources.BIG_MODEL_PARAMS)
+# The app's one line between a small and a big model, in parameters: the pages, the caches and the background jobs
+# all import it from here.
+BIG_MODEL_PARAMS = 20_000_000
 
 
 def threads_for(num_params: int, cores: int | None = None) -> int:
@@ -100,7 +102,7 @@ def threads_for(num_params: int, cores: int | None = None) -> int:
     raw = os.environ.get("GPTVIZ_TORCH_THREADS", "").strip()
     if raw.isdigit() and 1 <= int(raw) <= 64:
         return int(raw)
-    if num_params <= BIG_MODEL_PARAMS_FOR_THREADS:
+    if num_params <= BIG_MODEL_PARAMS:
         return SMALL_MODEL_THREADS
     return max(1, cores if cores is not None else (os.cpu_count() or 1))
 

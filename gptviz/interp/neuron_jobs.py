@@ -22,10 +22,10 @@ from collections import OrderedDict
 from contextlib import nullcontext
 from typing import Any, Callable, Hashable, Optional
 
+from ..perf import BIG_MODEL_PARAMS
 from ..run.slots import BIG_LOAD, Slots
 from .neurons import NeuronStats, compute
 
-BIG_MODEL_PARAMS = 20_000_000
 MAX_JOBS = 8
 MAX_UNFINISHED = 8
 APP_TOKENS = 4096  # the held-out tokens the app reads for a model with no shipped summary (fewer for a big one)

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ..config import MAX_TRACE_BYTES, PRESETS, ModelConfig
 from ..model.gpt import GPT
+from ..perf import BIG_MODEL_PARAMS
 from ..run import edits as edit_specs
 from ..run.trace import Trace
 from ..text.batches import DEFAULT_PROMPT, Batch, encode_batch
@@ -47,7 +48,6 @@ from .settings import (  # noqa: F401  (re-exported: the settings were part of t
 # trace of one line that long would not fit the trace limit, or its forward pass would cost more than PAGE_FLOPS
 # (big_model_t). A view's trace is slim (each layer's score steps worked out when read, gptviz.run.on_demand) when
 # its full trace would be over SLIM_TRACE_BYTES.
-BIG_MODEL_PARAMS = 20_000_000
 BIG_MODEL_T = 512
 SLIM_TRACE_BYTES = 64_000_000
 # The arithmetic one text change may cost (ModelConfig.forward_flops): about SmolLM2-135M's or GPT-2 small's pass over

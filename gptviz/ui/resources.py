@@ -21,6 +21,7 @@ from ..config import ModelConfig
 from ..model.build import build_model
 from ..model.gpt import GPT
 from ..paths import CHECKPOINTS
+from ..perf import BIG_MODEL_PARAMS
 from ..present.page_context import Entry, trace_for_view
 from ..run import edits as edit_specs
 from ..run.byte_cache import ByteLRU, nbytes
@@ -263,9 +264,6 @@ def tokenizer_for(name: str, merges: int, lowercase: bool):
         return get_tokenizer(name, num_merges=merges, lowercase=lowercase), None
     except TokenizerUnavailable as exc:
         return None, str(exc)
-
-
-BIG_MODEL_PARAMS = 20_000_000
 
 
 def traced(cfg_json: str, model_key: Optional[str], x: tuple, y: Optional[tuple], mask: Optional[tuple],

@@ -9,6 +9,7 @@ import streamlit as st
 
 from ...interp.attribution import attention_rollout, integrated_gradients
 from ...model.hook_names import act_name
+from ...perf import BIG_MODEL_PARAMS
 from ...present import figures
 from ...run import edits as edit_specs
 from ...run.slots import BIG_LOAD
@@ -35,7 +36,6 @@ def _ig(cfg_json: str, model_key: Optional[str], ids: tuple, position: int, targ
 
 # On a big model integrated gradients take seconds to tens of seconds (GPT-2 small, 64 tokens: 17.7 s measured),
 # so there they wait for a click and queue behind any other big computation on the server.
-BIG_MODEL_PARAMS = 20_000_000
 
 
 @section("who.token_attribution")

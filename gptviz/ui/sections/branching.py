@@ -10,6 +10,7 @@ from typing import Optional
 
 import streamlit as st
 
+from ...perf import BIG_MODEL_PARAMS
 from ...present import figures, source_code
 from ...present.markdown_text import plain_md
 from ...run.branching import MAX_NEW, Path, branch, continuation, parting_point
@@ -20,7 +21,6 @@ from ..widgets import plot
 from . import section
 from .generation import _inputs
 
-BIG_MODEL_PARAMS = 20_000_000
 DEFAULT_TOKENS = 12
 
 

@@ -16,6 +16,7 @@ import streamlit as st
 from ...config import ModelConfig
 from ...interp import model_diff
 from ...model.hook_names import act_name
+from ...perf import BIG_MODEL_PARAMS
 from ...present import figures, matrices, source_code
 from ...present.descriptions import step_info
 from ...present.markdown_text import plain_md
@@ -32,7 +33,6 @@ SNAPSHOTS = "Two snapshots of the induction-heads run"
 CHECKPOINTS = "Two checkpoints"
 SNAPSHOT_RUN = "induction-heads"
 SHOWN = "__shown__"
-BIG_MODEL_PARAMS = 20_000_000
 
 
 @dataclass
