@@ -7,15 +7,51 @@ joins a server started as it sits down no longer waits for the imports.
 """
 import streamlit as st
 
-if __name__ == "__main__":
-    from gptviz.ui import navigation  # the package first: sessions starting at once import it in one order
+# A session's first run puts one hidden, one-cell Plotly chart on the page before anything else, so that the browser
+# starts fetching and evaluating Plotly's code (4.7 MB; about 1.5 s of a browser's time on a slow laptop) while the
+# server still imports gptviz and runs the page, not after. The chart is cleared when the run ends.
+EARLY_PLOTLY_KEY = "gptviz-plotly-early"
+_EARLY_PLOTLY_DONE = "_gptviz_plotly_started"
 
-    navigation().run()
+
+def start_plotly_early():
+    """On a session's first run, the hidden chart's slot (to clear when the run ends); on any other run, None."""
+    if st.session_state.get(_EARLY_PLOTLY_DONE):
+        return None
+    st.session_state[_EARLY_PLOTLY_DONE] = True
+    # Plotly looks these up in sys.modules, where another thread's import in progress leaves a half-made module
+    # (seen, on a server that had just started: "partially initialized module 'pandas' has no attribute 'Series'").
+    # An import statement waits for that import to end. The warm-up thread imports them first.
+    import numpy  # noqa: F401
+    import pandas  # noqa: F401
+    import PIL.Image  # noqa: F401
+
+    slot = st.empty()
+    with slot.container(key=EARLY_PLOTLY_KEY):
+        st.html(f"<style>.st-key-{EARLY_PLOTLY_KEY} {{display: none}}</style>")
+        st.plotly_chart({"data": [{"type": "heatmap", "z": [[0]]}], "layout": {"width": 10, "height": 10}},
+                        config={"staticPlot": True})
+    return slot
+
+
+if __name__ == "__main__":
+    early_plotly = start_plotly_early()  # before the imports below: they are most of a cold server's first run
+    try:
+        from gptviz.ui import navigation  # the package first: sessions starting at once import it in one order
+
+        navigation().run()
+    finally:
+        if early_plotly is not None:
+            early_plotly.empty()
 else:
     import contextlib
     import threading
 
     def _warm_up() -> None:
+        import numpy  # noqa: F401 - first the modules start_plotly_early waits for (Plotly reads them)
+        import pandas  # noqa: F401
+        import PIL.Image  # noqa: F401
+
         from gptviz.ui import warm_up  # here, in its own thread: importing gptviz.ui is most of the work
 
         warm_up.warm_logged()

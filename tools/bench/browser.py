@@ -59,34 +59,53 @@ def _edit_texts(n: int) -> list[str]:
     return [f"the {fresh_words()} sat on the mat." for _ in range(n)]
 
 
-def startup_row(browser) -> dict:
-    """From ``streamlit run app.py`` (the process started) to its Home page fully drawn in a new Chromium tab: the
-    server's health check answering (polled every 0.5 s), then the page opened and settled (the script finished and
-    every chart drawn). Goal ≤ 4 s (issue 37). The browser is already running: its own start is not counted."""
+STARTUP_RUNS = 3  # each app started this many times, in turns
+
+
+def cold_start(browser, script: Path, cwd: Path, expect=None) -> tuple[float, float, int]:
+    """``streamlit run script`` started here, its page opened in a new Chromium context (an empty cache) as soon as
+    its health check answers (polled every 0.5 s), then stopped: (s from the start to the page's last change
+    before it settled, s to the health check answering, charts drawn). The end is the page's own clock at its last
+    DOM change, read on the same wall clock, so the settling check's second of quiet is not counted."""
     import time
 
+    t0 = time.time()
+    proc, url = start_server(script, cwd)
+    try:
+        healthy = time.time() - t0
+        tab = Tab(browser, f"{url}/", expect=expect)
+        origin, last_change, charts = tab.page.evaluate(
+            "[performance.timeOrigin, window.__mut, [...document.querySelectorAll('.js-plotly-plot')]"
+            ".filter(p => p.offsetParent !== null).length]")
+        tab.close()
+    finally:
+        stop_server(proc)
+    return (origin + last_change) / 1e3 - t0, healthy, charts
+
+
+def startup_row(browser, baseline: Path) -> dict:
+    """From ``streamlit run app.py`` (the process started) to its Home page fully drawn in a new Chromium context.
+    Goal ≤ 4 s (issue 37). The one-chart app (``baseline``, a script in its own folder) is started the same way in
+    turns with it: its time is this machine's floor for Streamlit, a browser and plotly.js, and the row's ratio. The
+    browser is already running: its own start is not counted."""
     from tools.load.reading import expected_model as opening_model
 
     figure = "browser · streamlit run app.py → Home fully drawn"
     opening = opening_model()  # the model the app opens with: the page must show it (Tab checks the sidebar)
     model = f"{opening['preset']} · {opening['parameters']:,} params"
-    t0 = time.perf_counter()
+    ours, floor = [], []
     try:
-        proc, url = start_server(ROOT / "app.py", ROOT)
+        for _ in range(STARTUP_RUNS):
+            ours.append(cold_start(browser, ROOT / "app.py", ROOT, (opening["vocab_size"], opening["parameters"])))
+            floor.append(cold_start(browser, baseline, baseline.parent))
     except BenchFailure as exc:
         return failed(figure, model, str(exc))
-    try:
-        healthy = time.perf_counter() - t0
-        tab = Tab(browser, f"{url}/", expect=(opening["vocab_size"], opening["parameters"]))
-        total = time.perf_counter() - t0
-        charts = tab.page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
-        tab.close()
-    except BenchFailure as exc:
-        return failed(figure, model, str(exc))
-    finally:
-        stop_server(proc)
-    return row(figure, model, f"{total:.2f} s (server answering after {healthy:.2f} s; "
-               f"{charts} charts)", goal=f"≤ {GOALS['startup_s']:g} s", ok=total <= GOALS["startup_s"])
+    med, base = statistics.median(t for t, _, _ in ours), statistics.median(t for t, _, _ in floor)
+    each = ", ".join(f"{t:.2f}" for t, _, _ in ours)
+    return row(figure, model, f"median {med:.2f} s of {len(ours)} ({each}; server answering after "
+               f"{statistics.median(h for _, h, _ in ours):.2f} s; {ours[0][2]} charts) · the one-chart app started "
+               f"the same way, in turns: {base:.2f} s", med / base, f"≤ {GOALS['startup_s']:g} s",
+               med <= GOALS["startup_s"])
 
 
 def bench_browser(quick: bool) -> list[dict]:
@@ -111,7 +130,7 @@ def bench_browser(quick: bool) -> list[dict]:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                rows.append(startup_row(browser))  # a server of its own, started here and stopped
+                rows.append(startup_row(browser, tmp / "baseline.py"))  # servers of their own, started and stopped
                 app, url = start_server(ROOT / "app.py", ROOT)
                 procs.append(app)
                 base_proc, base_url = start_server(tmp / "baseline.py", tmp)
