@@ -24,7 +24,8 @@ LABELS_JS = """() => { const g = document.querySelector('.js-plotly-plot');
 # The page's clock at every message on Streamlit's stream, installed before Streamlit loads.
 MESSAGE_TIMES_JS = """window.__gptvizMessages = []; const __W = window.WebSocket;
 window.WebSocket = function (u, p) { const ws = p === undefined ? new __W(u) : new __W(u, p);
-  if (String(u).includes('_stcore/stream')) ws.addEventListener('message', () => window.__gptvizMessages.push(performance.now()));
+  if (String(u).includes('_stcore/stream'))
+    ws.addEventListener('message', () => window.__gptvizMessages.push(performance.now()));
   return ws; };
 window.WebSocket.prototype = __W.prototype; Object.assign(window.WebSocket, __W);"""
 
