@@ -27,15 +27,22 @@ def start_plotly_early():
     import PIL.Image  # noqa: F401
 
     slot = st.empty()
-    with slot.container(key=EARLY_PLOTLY_KEY):
-        st.html(f"<style>.st-key-{EARLY_PLOTLY_KEY} {{display: none}}</style>")
-        st.plotly_chart({"data": [{"type": "heatmap", "z": [[0]]}], "layout": {"width": 10, "height": 10}},
-                        config={"staticPlot": True})
+    try:
+        with slot.container(key=EARLY_PLOTLY_KEY):
+            st.html(f"<style>.st-key-{EARLY_PLOTLY_KEY} {{display: none}}</style>")
+            st.plotly_chart({"data": [{"type": "heatmap", "z": [[0]]}], "layout": {"width": 10, "height": 10}},
+                            config={"staticPlot": True})
+    except Exception:
+        slot.empty()  # nothing half-drawn left above the page
+        raise
     return slot
 
 
 if __name__ == "__main__":
-    early_plotly = start_plotly_early()  # before the imports below: they are most of a cold server's first run
+    try:
+        early_plotly = start_plotly_early()  # before the imports below: they are most of a cold server's first run
+    except Exception:  # noqa: BLE001 - only a head start: the page opens without it (a rerun or stop is no Exception)
+        early_plotly = None
     try:
         from gptviz.ui import navigation  # the package first: sessions starting at once import it in one order
 
