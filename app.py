@@ -5,6 +5,8 @@ This file has two parts. Streamlit runs it as each page view's script (``__name_
 App's lifespan, which warms the process up (``gptviz.ui.warm_up``) while the server already answers: a class that
 joins a server started as it sits down no longer waits for the imports.
 """
+import importlib
+
 import streamlit as st
 
 # A session's first run puts one hidden, one-cell Plotly chart on the page before anything else, so that the browser
@@ -12,6 +14,15 @@ import streamlit as st
 # server still imports gptviz and runs the page, not after. The chart is cleared when the run ends.
 EARLY_PLOTLY_KEY = "gptviz-plotly-early"
 _EARLY_PLOTLY_DONE = "_gptviz_plotly_started"
+# Plotly looks these up in sys.modules, where another thread's import in progress leaves a half-made module (seen, on a
+# server that had just started: "partially initialized module 'pandas' has no attribute 'Series'"). An import
+# statement waits for that import to end: the early chart imports them first, and the warm-up thread before anything.
+PLOTLY_READS = ("numpy", "pandas", "PIL.Image")
+
+
+def _import_what_plotly_reads() -> None:
+    for name in PLOTLY_READS:
+        importlib.import_module(name)
 
 
 def start_plotly_early():
@@ -19,13 +30,7 @@ def start_plotly_early():
     if st.session_state.get(_EARLY_PLOTLY_DONE):
         return None
     st.session_state[_EARLY_PLOTLY_DONE] = True
-    # Plotly looks these up in sys.modules, where another thread's import in progress leaves a half-made module
-    # (seen, on a server that had just started: "partially initialized module 'pandas' has no attribute 'Series'").
-    # An import statement waits for that import to end. The warm-up thread imports them first.
-    import numpy  # noqa: F401
-    import pandas  # noqa: F401
-    import PIL.Image  # noqa: F401
-
+    _import_what_plotly_reads()
     slot = st.empty()
     try:
         with slot.container(key=EARLY_PLOTLY_KEY):
@@ -55,10 +60,7 @@ else:
     import threading
 
     def _warm_up() -> None:
-        import numpy  # noqa: F401 - first the modules start_plotly_early waits for (Plotly reads them)
-        import pandas  # noqa: F401
-        import PIL.Image  # noqa: F401
-
+        _import_what_plotly_reads()  # first what start_plotly_early waits for
         from gptviz.ui import warm_up  # here, in its own thread: importing gptviz.ui is most of the work
 
         warm_up.warm_logged()

@@ -34,10 +34,6 @@ def _ig(cfg_json: str, model_key: Optional[str], ids: tuple, position: int, targ
     return attr.tolist(), delta
 
 
-# On a big model integrated gradients take seconds to tens of seconds (GPT-2 small, 64 tokens: 17.7 s measured),
-# so there they wait for a click and queue behind any other big computation on the server.
-
-
 @section("who.token_attribution")
 def token_attribution(ctx, *, key: str = "attr") -> None:
     """For one position's prediction of one token: the chosen head's attention row, the rollout row, and each
@@ -62,6 +58,8 @@ def token_attribution(ctx, *, key: str = "attr") -> None:
     att = pattern[head, pos, : pos + 1] if head is not None else pattern[:, pos, : pos + 1].mean(0)
     roll = attention_rollout(tr)[b, pos, : pos + 1]
     args = (ctx.cfg_json, ctx.model_key, ids, int(pos), int(target))
+    # On a big model integrated gradients take seconds to tens of seconds (GPT-2 small, 64 tokens: 17.7 s measured),
+    # so there they wait for a click and queue behind any other big computation on the server.
     big, asked = ctx.cfg.num_params() > BIG_MODEL_PARAMS, f"{key}.ig.asked"
     if big and st.session_state.get(asked) != args[2:]:
         if st.button("Compute integrated gradients", key=f"{key}.ig.go", icon=":material/calculate:",
