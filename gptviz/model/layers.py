@@ -9,7 +9,8 @@ the source length too.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from contextvars import ContextVar
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -61,13 +62,26 @@ def train_dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- modules
 
+# Set for one thread's model run by a trace that works out weight-gradient norms (gptviz.run.weight_norms): every
+# Linear passes it (module, input, output). A ContextVar, so threads running one shared model never see each other's.
+LINEAR_TAP: ContextVar[Optional[Callable[[nn.Module, torch.Tensor, torch.Tensor], None]]] = \
+    ContextVar("gptviz_linear_tap", default=None)
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` without torch's own first draw of its weights: every model here is built on the meta device and
     then drawn from its config's seed (``TransformerBase.reset_parameters``), so that draw was thrown away. Built on
-    a real device it is uninitialised (``torch.empty``)."""
+    a real device it is uninitialised (``torch.empty``). Its output is shown to ``LINEAR_TAP`` when one is set."""
 
     def reset_parameters(self) -> None:
         pass
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = F.linear(input, self.weight, self.bias)
+        tap = LINEAR_TAP.get()
+        if tap is not None:
+            tap(self, input, out)
+        return out
 
 
 class Embedding(nn.Embedding):

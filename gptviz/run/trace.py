@@ -1,11 +1,12 @@
 """``trace(model, idx, ...)``: run the model once and keep every intermediate tensor, in order.
 
 Nothing here touches the model: no hooks are registered, no flag is flipped, no weight is written.
-The recorder is a local object that lives for one call, so any number of threads may trace one
-shared model at the same time.
+The recorder (and, for weight-gradient norms, the Linear layers' taps: ``weight_norms``) lives for one
+call in one thread, so any number of threads may trace one shared model at the same time.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import warnings
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from . import on_demand
 from .loss import loss_breakdown
 from .on_demand import OnDemand
 from .step_meta import StepMeta, step_meta
+from .weight_norms import LinearTaps, embedding_matrices
 
 _SIZE_VERSIONS = itertools.count(1)  # Trace.size_version: every value new, whichever thread draws it
 
@@ -337,10 +339,12 @@ def trace(
             raise ValueError(f"layers={sorted(layers)} must be layers of a decoder-only model (0 to "
                              f"{model.config.n_layer - 1})")
     rec = _Recorder(edits, grads, slim_d_head, masked, model.config, bool(lean), layers)
+    taps = None
     if grads and weight_grads == "norms":
         rec.raw = {}
+        taps = LinearTaps(model, skip=embedding_matrices(model))  # the Linear layers' norms from their outputs
     cfg = model.config
-    with torch.set_grad_enabled(grads):
+    with torch.set_grad_enabled(grads), (taps.tapping() if taps is not None else contextlib.nullcontext()):
         logits = model.run(idx, attention_mask, rec=rec, train=False, **source)
         breakdown = None
         if targets is not None:
@@ -365,9 +369,10 @@ def trace(
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         raw = rec.raw or {}  # the unembedding's inputs and outputs, if the model recorded them
         big = _embedding_weights(model) if {"wte_out", "lm_in", "lm_out"} <= set(raw) else {}
-        params = [(n, p) for n, p in params if n not in big]
+        params = [(n, p) for n, p in params if n not in big and not (taps is not None and taps.covers(p))]
         extra = [raw["wte_out"], raw["lm_out"]] if big else []
-        inputs = [cast(torch.Tensor, acts[n]) for n in names] + [p for _, p in params] + extra  # no OnDemand
+        outs = taps.outputs() if taps is not None else []
+        inputs = [cast(torch.Tensor, acts[n]) for n in names] + [p for _, p in params] + extra + outs  # no OnDemand
         got = torch.autograd.grad(breakdown["loss"], inputs, allow_unused=True)
         grad_map = {n: g for n, g in zip(names, got[: len(names)]) if g is not None}
         for n, note in rec.notes.items():  # a kept attn_scores gives way to its note once its gradient is taken;
@@ -385,8 +390,11 @@ def trace(
                        for (n, p), g in zip(params, got[n_act:n_act + n_par])}
         if weight_grads == "norms":
             norms = {n: float(g.detach().float().norm()) for n, g in param_grads.items()}
+            at = n_act + n_par  # then the embedding's output and the logits, then the tapped layers' outputs
             if big:
-                norms.update(_embedding_grad_norms(model, idx, got[-2], raw["lm_in"].detach(), got[-1], big))
+                norms.update(_embedding_grad_norms(model, idx, got[at], raw["lm_in"].detach(), got[at + 1], big))
+            if taps is not None:
+                norms.update(taps.norms(got[at + len(extra):]))
             order = [n for n, _ in model.named_parameters() if n in norms]
             param_grads, param_norms = None, {n: norms[n] for n in order}
         acts = {n: (t if isinstance(t, OnDemand) else t.detach()) for n, t in acts.items()}
