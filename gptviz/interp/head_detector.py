@@ -162,15 +162,16 @@ def clearest_head(scores: dict[str, np.ndarray]) -> tuple[int, int, str, float]:
     return layer, head, str(kinds[layer, head]), float(best[layer, head])
 
 
-def detect(tr, b: int = 0, probe_model=None, probe_seed: int = 0) -> dict[str, np.ndarray]:
+def detect(tr, b: int = 0, probe_model=None, probe_seed: int = 0, probe_batch: int = 8) -> dict[str, np.ndarray]:
     """Scores on the trace's own text (row ``b``, padding left out); with ``probe_model``, ``induction``
-    and ``duplicate`` come from the repeated-random probe instead (the user's text may repeat nothing)."""
+    and ``duplicate`` come from the repeated-random probe (``probe_batch`` rows) instead (the user's text may
+    repeat nothing)."""
     T = (int(np.asarray(tr.attention_mask[b]).sum()) if getattr(tr, "attention_mask", None) is not None
          else tr.idx.shape[1])
     pats = patterns_from_trace(tr, b)[:, :, :T, :T]
     scores = head_scores(pats, np.asarray(tr.idx[b, :T]))
     if probe_model is not None:
-        pr = probe(probe_model, seed=probe_seed)["scores"]
+        pr = probe(probe_model, batch=probe_batch, seed=probe_seed)["scores"]
         scores["induction"], scores["duplicate"] = pr["induction"], pr["duplicate"]
     return scores
 

@@ -68,6 +68,21 @@ def page_flops() -> float:
     return g * 1e9 if 10 <= g <= 10_000 else PAGE_FLOPS
 
 
+# The head detector's probe (gptviz.interp.head_detector.probe): PROBE_ROWS rows of PROBE_N random tokens, repeated.
+PROBE_ROWS, PROBE_N = 8, 32
+
+
+def probe_rows(cfg: ModelConfig) -> int:
+    """How many rows the head detector's probe runs for this model: PROBE_ROWS, halved (never below 1) while their
+    forward pass would cost more than a text change may (``page_flops``). A Qwen3-0.6B shape's 8 rows of 64 tokens
+    are about 600 GFLOP, 5 s and more on two cores before the page's first view; it gets 2. Worked out from the
+    config alone."""
+    T, rows = min(2 * PROBE_N, cfg.block_size // 2 * 2), PROBE_ROWS
+    while rows > 1 and rows * cfg.forward_flops(1, T) > page_flops():
+        rows //= 2
+    return rows
+
+
 def slim_view(cfg: ModelConfig, batch: int, seq_len: int) -> bool:
     """Whether the app traces (batch, seq_len) tokens of this model slim: a decoder-only model's big trace."""
     return cfg.n_enc_layer < 0 and cfg.trace_bytes(batch, seq_len) > SLIM_TRACE_BYTES

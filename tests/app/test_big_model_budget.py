@@ -34,3 +34,18 @@ def test_the_generation_page_reads_the_prompts_last_tokens_as_the_other_pages_do
     said = " ".join(c.value for c in at.caption)
     assert "The prompt's last 128 tokens are read. This model has 124M parameters: each line is cut to 128 tokens " \
            "because one pass over 256 tokens would cost about 66 GFLOP" in said
+
+
+def test_the_attention_pages_probe_runs_the_rows_the_budget_allows(monkeypatch):
+    """The head detector's probe is a pass of its own: at 40 GFLOP, GPT-2 small's 8 rows of 64 tokens (129 GFLOP)
+    become 2 (32), and the legend says so."""
+    from gptviz.ui import resources
+
+    asked = []
+    real = resources.probe_scores
+    monkeypatch.setattr(resources, "probe_scores", lambda *a, **kw: asked.append(kw.get("batch")) or real(*a, **kw))
+    at = ok(page("attention", preset="gpt2-small", tokenizer="gpt2", text=TEXT))
+    assert asked and set(asked) == {2}
+    said = " ".join(m.value for m in at.markdown)
+    assert "a run of 32 random tokens repeated twice (2 rows)" in said
+    assert "(8 rows)" not in said

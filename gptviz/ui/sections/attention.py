@@ -15,6 +15,7 @@ from ...interp import head_detector
 from ...model.hook_names import act_name, parse_act_name
 from ...present import figures, matrices
 from ...present.descriptions import step_info
+from ...present.page_context import PROBE_N, probe_rows
 from .. import resources, state
 from ..widgets import clear_edits_button, downloads, explain, head_step, heads_off_toggle, masked, plot, step_heatmap
 from . import section
@@ -344,7 +345,7 @@ def where_it_looks(ctx, *, key: str = "where", kind: str = "cross") -> None:
 def detector_scores(ctx) -> dict:
     """Every head's scores: on the user's text, with induction and duplicate-token from the probe."""
     scores = head_detector.detect(ctx.trace(), ctx.b)
-    pr = resources.probe_scores(ctx.cfg_json, ctx.model_key)
+    pr = resources.probe_scores(ctx.cfg_json, ctx.model_key, batch=probe_rows(ctx.cfg))
     scores["induction"], scores["duplicate"] = pr["scores"]["induction"], pr["scores"]["duplicate"]
     return {k: scores[k] for k in head_detector.KINDS}
 
@@ -386,11 +387,13 @@ def head_detector_grid(ctx, *, key: str = "det", cells_px: int = 300) -> None:
     c1.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),
                  format_func=lambda i: f"L{i // H} H{i % H}: {best_kind[i // H, i % H]} ({best[i // H, i % H]:.2f})")
     with c2.expander("How each kind is scored"):
-        st.markdown(KINDS_LEGEND)
+        st.markdown(kinds_legend(probe_rows(ctx.cfg)))
 
 
 # One element, not one per kind: every element is a message to the browser on every rerun.
-KINDS_LEGEND = "\n".join(f"- **{k}** head {head_detector.DESCRIPTIONS[k]} Score: {head_detector.HOW[k]}."
-                         for k in head_detector.KINDS) + (
-    "\n\nScores come from your text; **induction** and **duplicate** come from a probe: a run of 32 random tokens "
-    "repeated twice (8 rows), since your text may repeat nothing.")
+def kinds_legend(rows: int) -> str:
+    """What each kind of head does and how it is scored, and where the scores come from (the probe's ``rows``)."""
+    return "\n".join(f"- **{k}** head {head_detector.DESCRIPTIONS[k]} Score: {head_detector.HOW[k]}."
+                     for k in head_detector.KINDS) + (
+        f"\n\nScores come from your text; **induction** and **duplicate** come from a probe: a run of {PROBE_N} "
+        f"random tokens repeated twice ({rows} row{'s' if rows != 1 else ''}), since your text may repeat nothing.")

@@ -9,6 +9,7 @@ import streamlit as st
 
 from ...interp import composition, head_detector
 from ...present.figures import composition as fig
+from ...present.page_context import probe_rows
 from .. import resources
 from ..widgets import plot
 from . import section
@@ -49,7 +50,7 @@ def composition_view(ctx, *, key: str = "comp", mode: Optional[str] = None) -> N
                "As TransformerLens's `all_composition_scores`, without folding the norms' gains into the weights.")
     try:
         kinds = head_detector.detect(ctx.trace(), ctx.b)
-        pr = resources.probe_scores(ctx.cfg_json, ctx.model_key)
+        pr = resources.probe_scores(ctx.cfg_json, ctx.model_key, batch=probe_rows(ctx.cfg))
         kinds["induction"], kinds["duplicate"] = pr["scores"]["induction"], pr["scores"]["duplicate"]
     except Exception:  # noqa: BLE001 - the names are a help, the scores stand without them
         kinds = None
