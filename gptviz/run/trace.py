@@ -348,8 +348,9 @@ def trace(
         logits = model.run(idx, attention_mask, rec=rec, train=False, **source)
         breakdown = None
         if targets is not None:
-            breakdown = loss_breakdown(logits, targets)
-            rec("hook_probs", breakdown["probs"])
+            lazy = bool(slim_d_head) and "hook_probs" not in edits  # the recorder keeps a note: no (B, T, V) table
+            breakdown = loss_breakdown(logits, targets, with_probs=not lazy)
+            rec("hook_probs", logits if lazy else breakdown["probs"])  # lazy: only the note is kept, never the value
             breakdown["loss_per_token"] = rec("hook_loss_per_token", breakdown["loss_per_token"])
             breakdown["loss"] = rec("hook_loss", breakdown["loss_per_token"].sum() / breakdown["n_valid"])
     unknown = sorted(set(edits) - rec.seen)
@@ -358,7 +359,7 @@ def trace(
     acts = rec.acts
     if isinstance(acts.get("hook_probs"), OnDemand):
         assert breakdown is not None  # hook_probs is recorded with targets only
-        breakdown.pop("probs")  # a slim trace keeps no (B, T, V) probabilities: tr["hook_probs"] works them out
+        breakdown.pop("probs", None)  # a slim trace keeps no (B, T, V) probabilities: tr["hook_probs"] works them out
     grad_map: Optional[dict[str, Union[torch.Tensor, OnDemand]]] = None
     param_grads = None
     if grads:
