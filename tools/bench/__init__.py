@@ -53,9 +53,10 @@ every figure is set against a baseline measured in the same run, because these m
    --pages home,attention --reps 3`` runs a few pages.
 
 8. **families** (issue 38) — every page after a text change at T = 256 for a Qwen3-0.6B-shaped model folder
-   (596,049,920 parameters, random weights, built here with ``transformers``; goal ≤ 3 s a page, ≤ 6 s Backward) and
-   one trace's memory, then every page's view and text change on the shipped mixture of experts (shakespeare-moe, 8
-   experts, top 2) as in part 2. About 25 minutes, so only with ``--only families``.
+   (596,049,920 parameters, random weights, built here with ``transformers``; 20 text changes a page, goal p95 ≤ 3 s
+   on every page, Backward too) and one trace's memory, then every page's view and text change on the shipped
+   mixture of experts (shakespeare-moe, 8 experts, top 2) as in part 2. About 30 minutes, so only with
+   ``--only families``.
 
 ``--quick`` runs fewer repeats (a smoke check; shorter class runs).
 ``--only trace,pages,circuits,memory,training,browser`` (the default) picks parts, ``class`` among them when

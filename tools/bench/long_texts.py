@@ -182,7 +182,8 @@ def bench_long_pages(which: str, reps: int, models_dir: Path, pages: list[str] |
         for page in pages or app_pages():
             name = Path(page).stem
             figure = f"long text · {exp['label'].split(' · ')[0]} · {name} · text change"
-            goal = GOAL_BACKWARD_MS if "backward" in name.lower() else GOAL_MS
+            # issue 38 holds the Qwen3 shape's every page, Backward too, to 3 s (its Backward reads 32 tokens)
+            goal = GOAL_BACKWARD_MS if "backward" in name.lower() and which != "qwen3" else GOAL_MS
             first = len(counter.calls)
             load0 = _load()
             try:
