@@ -4,7 +4,9 @@ import streamlit as st
 from gptviz.ui import page_setup
 from gptviz.ui.sections import attribution, who
 
-ctx = page_setup("Who did it", ":material/insights:")
+# the logit lens unembeds (layers + 1) × up to 128 positions through the whole vocabulary: about a pass more
+ctx = page_setup("Who did it", ":material/insights:", passes=2,
+                 passes_said="one pass over {n} tokens and the logit lens's unembedding (about {p} passes)")
 st.title("Who did it?")
 st.caption("Three ways to find the parts of the model behind a prediction: read every layer as if it were the "
            "last, split one logit into what each part wrote, and swap activations between two prompts.")

@@ -106,14 +106,15 @@ PASSES_SAID = {2: "{p} passes over {n} tokens (one for each model)",
                3: "the forward and backward passes over {n} tokens (about {p} forward passes)"}
 
 
-def why_cut(cfg: ModelConfig, T: int, passes: int = 1) -> str:
-    """The sentence saying why a big model's lines are cut to T tokens (``big_model_t(cfg, passes)``)."""
+def why_cut(cfg: ModelConfig, T: int, passes: int = 1, said: Optional[str] = None) -> str:
+    """The sentence saying why a big model's lines are cut to T tokens (``big_model_t(cfg, passes)``); ``said``: what
+    the page's passes are ("{p}" and "{n}" filled in), when not one of PASSES_SAID's."""
     n, longer = cfg.num_params(), min(cfg.block_size, 2 * T)
     why = "to keep the pages responsive"
     if T < min(cfg.block_size, BIG_MODEL_T):
         if passes * cfg.forward_flops(1, longer) > page_flops():
             one = (f"one pass over {longer} tokens" if passes == 1
-                   else PASSES_SAID.get(passes, "{p} passes over {n} tokens").format(p=passes, n=longer))
+                   else (said or PASSES_SAID.get(passes, "{p} passes over {n} tokens")).format(p=passes, n=longer))
             why = (f"because {one} would cost about {passes * cfg.forward_flops(1, longer) / 1e9:,.0f} "
                    f"GFLOP, over this server's budget of {page_flops() / 1e9:,.0f} GFLOP a text (a few seconds on "
                    "two cores), so that every page stays within about 3 s")
@@ -297,11 +298,11 @@ def encode_source(tok, cfg: ModelConfig, text: Optional[str], rows: int) -> tupl
     return out, [f"Source: {n}" for n in src.notices]
 
 
-def resolve(s: dict, store, passes: int = 1) -> tuple[Ctx, list[Notice]]:
+def resolve(s: dict, store, passes: int = 1, passes_said: Optional[str] = None) -> tuple[Ctx, list[Notice]]:
     """The context a page shows for settings ``s`` (which this may correct in place: a checkpoint's
     example text, a setting that had to fall back), and the notices to show about it. ``passes``: the page's
     arithmetic in forward passes of its text (the Backward page's 3), which a big model's line is cut to fit
-    (``big_model_t``)."""
+    (``big_model_t``); ``passes_said``: what they are, for the caption saying so (``why_cut``)."""
     notes: list[Notice] = list(s.pop(URL_NOTICES, None) or [])  # what was wrong with the link, shown once
     # 0. a loaded model (trained, uploaded, shipped) replaces the configurable one until unloaded
     preset = str(s.get("preset", ""))
@@ -374,7 +375,7 @@ def resolve(s: dict, store, passes: int = 1) -> tuple[Ctx, list[Notice]]:
     T = cfg.block_size
     if cfg.num_params() > BIG_MODEL_PARAMS and T > big_model_t(cfg, passes):
         T = big_model_t(cfg, passes)
-        notes.append(Notice("caption", why_cut(cfg, T, passes)))
+        notes.append(Notice("caption", why_cut(cfg, T, passes, passes_said)))
     try:
         batch = encode_batch(tok, s["text"], T)
     except ValueError as exc:

@@ -5,6 +5,8 @@ settings becomes a message here, and the page carries on with the last settings 
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import streamlit as st
 
 from ..config import PRESET_DESCRIPTIONS, PRESETS
@@ -228,14 +230,16 @@ def show_notices(notes: list[Notice]) -> None:
             _SHOW[n.level](n.text, icon=n.icon)
 
 
-def page_setup(title: str, icon: str = ":material/search:", passes: int = 1) -> Ctx:
+def page_setup(title: str, icon: str = ":material/search:", passes: int = 1,
+               passes_said: Optional[str] = None) -> Ctx:
     """The page's configuration, its context (``passes``: its arithmetic in forward passes of the text, which a big
-    model's line is cut to fit: the Backward page's 3), the sidebar and the notices."""
+    model's line is cut to fit: the Backward page's 3; ``passes_said``: what they are, as ``why_cut`` says it), the
+    sidebar and the notices."""
     refreeze_after_imports()  # the last run's first-time imports (a model's first build: torch._dynamo) frozen too
     st.set_page_config(page_title=f"{title} · gptviz", page_icon=icon, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     s = state.settings()
-    ctx, notes = resolve(s, resources, passes)
+    ctx, notes = resolve(s, resources, passes, passes_said)
     use_threads(threads_for(ctx.cfg.num_params()))  # 1 for a small model: see gptviz.perf
     sidebar(s)
     show_notices(notes)

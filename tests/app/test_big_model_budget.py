@@ -49,3 +49,14 @@ def test_the_attention_pages_probe_runs_the_rows_the_budget_allows(monkeypatch):
     said = " ".join(m.value for m in at.markdown)
     assert "a run of 32 random tokens repeated twice (2 rows)" in said
     assert "(8 rows)" not in said
+
+
+def test_who_did_it_counts_its_logit_lens_as_a_second_pass():
+    """The lens unembeds every layer's stream at up to 128 positions through the whole vocabulary: about one more
+    pass. At 40 GFLOP GPT-2 small's Who did it reads 64 tokens (2 × 16 GFLOP), where a one-pass page reads 128."""
+    at = ok(page("who", preset="gpt2-small", tokenizer="gpt2", text=TEXT))
+    said = " ".join(c.value for c in at.caption)
+    assert ("each line is cut to 64 tokens because one pass over 128 tokens and the logit lens's unembedding (about "
+            "2 passes) would cost about 65 GFLOP, over this server's budget of 40 GFLOP a text") in said
+    positions = next(s for s in at.selectbox if s.label == "The prediction made at position")
+    assert len(positions.options) == 64

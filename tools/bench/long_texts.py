@@ -156,7 +156,8 @@ def expected(which: str, models_dir: Path) -> dict:
     return {"cfg": cfg, "label": label, "query": dict(query, text=first), "text_for": text_for, "T": T,
             # pages whose arithmetic is more than one pass of the text read fewer tokens of a big model's line:
             # Compare models runs two models, the Backward page a forward and a backward pass (about 3)
-            "T_of_page": {"compare_models": big_model_t(cfg, passes=2), "backward": big_model_t(cfg, passes=3)},
+            "T_of_page": {"compare_models": big_model_t(cfg, passes=2), "backward": big_model_t(cfg, passes=3),
+                          "who_did_it": big_model_t(cfg, passes=2)},  # the trace and the logit lens
             "typed": typed, "cut_said": CUT_SAID.get(which),
             "tokenizer": "gpt2" if which == "gpt2" else "its own BPE (2,000)"}
 
