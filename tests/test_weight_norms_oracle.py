@@ -165,3 +165,36 @@ def test_a_layer_called_twice_sums_both_calls_gradients():
     gw, gb = torch.autograd.grad(loss, [lin.weight, lin.bias])
     assert got["0.weight"] == pytest.approx(float(gw.double().norm()), rel=1e-5)
     assert got["0.bias"] == pytest.approx(float(gb.double().norm()), rel=1e-5)
+
+
+def test_an_untied_head_is_left_to_the_embedding_norms_and_a_frozen_bias_to_nobody():
+    """The token embedding and the unembedding get their norms from trace's own Gram sums, never from a tap; a layer
+    whose bias needs no gradient is not tapped, and that bias gets no norm, as autograd gives it none."""
+    m = _stirred(GPT(ModelConfig(**SMALL, tie_weights=False)))
+    skip = trace_module.embedding_matrices(m)
+    assert len(skip) == 2 and skip[0] is m.transformer.wte.weight and skip[1] is m.lm_head.weight
+    taps = LinearTaps(m, skip=skip)
+    assert not taps.covers(m.lm_head.weight) and taps.covers(m.transformer.h[1].mlp.c_proj.weight)
+    frozen = m.transformer.h[0].attn.c_proj
+    frozen.bias.requires_grad_(False)
+    assert not LinearTaps(m, skip=skip).covers(frozen.weight)
+    idx = torch.randint(0, 40, (2, 3), generator=torch.Generator().manual_seed(2))
+    want = _autograd_norms(m, idx, idx)
+    got = trace(m, idx, targets=idx, grads=True, weight_grads="norms").param_grad_norms()
+    assert "transformer.h.0.attn.c_proj.bias" not in got and set(got) == set(want)
+    for n, w in want.items():
+        assert got[n] == pytest.approx(w, rel=1e-5, abs=1e-9), n
+
+
+def test_layers_whose_outputs_never_reach_the_loss_get_norms_of_zero():
+    """An edit that fixes the stream after block 0 cuts every later layer off the loss: their norms are exactly 0,
+    as the gradients autograd builds for them are."""
+    m = _stirred(GPT(ModelConfig(**SMALL)))
+    idx = torch.randint(0, 40, (2, 3), generator=torch.Generator().manual_seed(4))
+    fixed = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(5))
+    edits = {"blocks.1.hook_resid_post": fixed}
+    full = trace(m, idx, targets=idx, grads=True, edits=edits).param_grad_norms()
+    got = trace(m, idx, targets=idx, grads=True, weight_grads="norms", edits=edits).param_grad_norms()
+    for n in ("transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_fc.bias", "transformer.h.0.attn.c_attn.bias"):
+        assert got[n] == 0.0 == full[n], n
+    assert got["transformer.wte.weight"] > 0  # the head still reads the fixed stream: the unembedding has a gradient
