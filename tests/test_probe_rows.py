@@ -7,8 +7,9 @@ import pytest
 
 from gptviz.config import ModelConfig, preset
 from gptviz.interp import head_detector
+from gptviz.interp.head_detector import PROBE_ROWS
 from gptviz.model.gpt import GPT
-from gptviz.present.page_context import PROBE_ROWS, probe_rows
+from gptviz.present.page_context import probe_rows
 
 QWEN3_SHAPE = ModelConfig(vocab_size=151936, block_size=4096, n_layer=28, n_head=16, n_kv_head=8, n_embd=1024,
                           d_head=128, d_mlp=3072, gated_mlp=True, norm="rmsnorm", pos_encoding="rope", bias=False,

@@ -102,7 +102,11 @@ def _np(x) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-def repeated_probe(vocab_size: int, n: int = 32, batch: int = 8, seed: int = 0,
+# The probe's default shape: PROBE_ROWS rows of PROBE_N random tokens, each run repeated once.
+PROBE_ROWS, PROBE_N = 8, 32
+
+
+def repeated_probe(vocab_size: int, n: int = PROBE_N, batch: int = PROBE_ROWS, seed: int = 0,
                    avoid: tuple[int, ...] = ()) -> torch.Tensor:
     """(batch, 2n) token ids: a random run of n distinct tokens, then the same run again."""
     g = torch.Generator().manual_seed(seed)
@@ -116,7 +120,7 @@ def repeated_probe(vocab_size: int, n: int = 32, batch: int = 8, seed: int = 0,
     return torch.stack(rows)
 
 
-def probe(model, n: int = 32, batch: int = 8, seed: int = 0, avoid: tuple[int, ...] = ()) -> dict:
+def probe(model, n: int = PROBE_N, batch: int = PROBE_ROWS, seed: int = 0, avoid: tuple[int, ...] = ()) -> dict:
     """Run ``model`` on the repeated-random probe. Returns every kind's (n_layer, n_head) scores and the
     mean loss on the first and second copy (the second copy can be predicted only by looking back)."""
     with torch.no_grad():
@@ -162,7 +166,8 @@ def clearest_head(scores: dict[str, np.ndarray]) -> tuple[int, int, str, float]:
     return layer, head, str(kinds[layer, head]), float(best[layer, head])
 
 
-def detect(tr, b: int = 0, probe_model=None, probe_seed: int = 0, probe_batch: int = 8) -> dict[str, np.ndarray]:
+def detect(tr, b: int = 0, probe_model=None, probe_seed: int = 0,
+           probe_batch: int = PROBE_ROWS) -> dict[str, np.ndarray]:
     """Scores on the trace's own text (row ``b``, padding left out); with ``probe_model``, ``induction``
     and ``duplicate`` come from the repeated-random probe (``probe_batch`` rows) instead (the user's text may
     repeat nothing)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..config import MAX_TRACE_BYTES, PRESETS, ModelConfig
+from ..interp.head_detector import PROBE_N, PROBE_ROWS
 from ..model.gpt import GPT
 from ..perf import BIG_MODEL_PARAMS
 from ..run import edits as edit_specs
@@ -66,10 +67,6 @@ def page_flops() -> float:
     except ValueError:
         return PAGE_FLOPS
     return g * 1e9 if 10 <= g <= 10_000 else PAGE_FLOPS
-
-
-# The head detector's probe (gptviz.interp.head_detector.probe): PROBE_ROWS rows of PROBE_N random tokens, repeated.
-PROBE_ROWS, PROBE_N = 8, 32
 
 
 def probe_rows(cfg: ModelConfig) -> int:

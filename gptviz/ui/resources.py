@@ -337,8 +337,9 @@ def _traced_big(*args) -> Trace:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def probe_scores(cfg_json: str, model_key: Optional[str], n: int = 32, batch: int = 8, seed: int = 0) -> dict:
+def probe_scores(cfg_json: str, model_key: Optional[str], n: Optional[int] = None, batch: Optional[int] = None,
+                 seed: int = 0) -> dict:
     """The head detector's repeated-random probe (one forward pass of ``batch`` rows), cached per model."""
-    from ..interp.head_detector import probe
+    from ..interp.head_detector import PROBE_N, PROBE_ROWS, probe
 
-    return probe(get_model(cfg_json, model_key), n=n, batch=batch, seed=seed)
+    return probe(get_model(cfg_json, model_key), n=n or PROBE_N, batch=batch or PROBE_ROWS, seed=seed)

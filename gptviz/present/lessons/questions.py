@@ -279,8 +279,8 @@ def target_at(q: dict, live: Live, w: Words) -> Question:
 def best_head(q: dict, live: Live, w: Words) -> Question:
     kind = q["behaviour"]
     probe = kind in ("induction", "duplicate") and live.model is not None
-    scores = head_detector.detect(live.trace, live.b, probe_model=live.model if probe else None,
-                                  probe_batch=probe_rows(live.model.config) if probe else 8)[kind]
+    rows = probe_rows(live.model.config) if probe else head_detector.PROBE_ROWS
+    scores = head_detector.detect(live.trace, live.b, probe_model=live.model if probe else None, probe_batch=rows)[kind]
     s = np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=-1.0)
     L, H = s.shape
     flat = int(np.argmax(s))

@@ -15,7 +15,7 @@ from ...interp import head_detector
 from ...model.hook_names import act_name, parse_act_name
 from ...present import figures, matrices
 from ...present.descriptions import step_info
-from ...present.page_context import PROBE_N, probe_rows
+from ...present.page_context import probe_rows
 from .. import resources, state
 from ..widgets import clear_edits_button, downloads, explain, head_step, heads_off_toggle, masked, plot, step_heatmap
 from . import section
@@ -395,5 +395,6 @@ def kinds_legend(rows: int) -> str:
     """What each kind of head does and how it is scored, and where the scores come from (the probe's ``rows``)."""
     return "\n".join(f"- **{k}** head {head_detector.DESCRIPTIONS[k]} Score: {head_detector.HOW[k]}."
                      for k in head_detector.KINDS) + (
-        f"\n\nScores come from your text; **induction** and **duplicate** come from a probe: a run of {PROBE_N} "
-        f"random tokens repeated twice ({rows} row{'s' if rows != 1 else ''}), since your text may repeat nothing.")
+        "\n\nScores come from your text; **induction** and **duplicate** come from a probe: a run of "
+        f"{head_detector.PROBE_N} random tokens repeated twice ({rows} row{'s' if rows != 1 else ''}), since your "
+        "text may repeat nothing.")
