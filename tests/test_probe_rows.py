@@ -3,7 +3,9 @@
 A Qwen3-0.6B shape (596,049,920 parameters) costs 77.2 GFLOP a row of 64 tokens (``forward_flops``, itself checked
 against torch's FlopCounterMode in test_forward_flops_oracle.py): 8 rows would be 618 GFLOP, 5 s and more on two
 cores before the Attention or Home page's first view; 2 rows are 154, within the 160 GFLOP a text change may cost."""
+import numpy as np
 import pytest
+import torch
 
 from gptviz.config import ModelConfig, preset
 from gptviz.interp import head_detector
@@ -52,3 +54,18 @@ def test_the_probe_runs_the_rows_it_is_given(rows):
     cfg = ModelConfig(vocab_size=50, block_size=64, n_layer=2, n_head=2, n_embd=16)
     out = head_detector.probe(GPT(cfg), batch=rows)
     assert out["batch"] == rows and out["scores"]["induction"].shape == (2, 2)
+
+
+def test_detect_takes_the_probes_scores_from_the_rows_it_is_given():
+    """detect(probe_batch=2) reads induction and duplicate from a 2-row probe: the scores of probe(batch=2), which a
+    differently seeded 8-row probe does not give."""
+    from gptviz.run.trace import trace
+
+    cfg = ModelConfig(vocab_size=50, block_size=64, n_layer=2, n_head=2, n_embd=16)
+    m = GPT(cfg)
+    tr = trace(m, torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(0)))
+    got = head_detector.detect(tr, probe_model=m, probe_batch=2)
+    two, eight = head_detector.probe(m, batch=2)["scores"], head_detector.probe(m)["scores"]
+    for kind in ("induction", "duplicate"):
+        np.testing.assert_array_equal(got[kind], two[kind])
+    assert not np.array_equal(two["induction"], eight["induction"])
