@@ -144,3 +144,20 @@ def test_models_of_another_shape_or_tokenizer_are_refused_with_a_reason():
     assert model_diff.mismatch(t1, t1, ta, trace(GPT(c.replace(seed=9)), idx).numpy()) is None
     with pytest.raises(ValueError):
         model_diff.head_changes(ta, ta, measure="cosine")
+
+
+def test_slim_traces_are_checked_by_their_shapes_without_working_out_a_step():
+    """Compare models checks a 600M-parameter pair's slim traces: reading each step to learn its shape worked out
+    every layer's scores (0.1 s a text change there); the shapes must come from the notes, and still be right."""
+    c = CONFIGS["gpt2-like"]
+    idx = random_ids(c, B=1, T=6)
+    ta, tb = trace(GPT(c), idx, slim=True).numpy(), trace(GPT(c.replace(seed=9)), idx, slim=True).numpy()
+    wider = trace(GPT(c.replace(n_head=c.n_head * 2, n_embd=c.n_embd * 2)), idx, slim=True).numpy()
+    assert ta.slim and wider.slim
+    before = (ta.size_version, tb.size_version, wider.size_version)
+    assert model_diff.shape_mismatch(ta, tb) is None
+    problem = model_diff.shape_mismatch(ta, wider)
+    assert "has shape" in problem
+    assert (ta.size_version, tb.size_version, wider.size_version) == before, "a step was worked out"
+    full = trace(GPT(c), idx).numpy()
+    assert all(np.shape(full[n]) == np.shape(ta[n]) for n in full)  # the notes' shapes are the steps' own

@@ -64,10 +64,16 @@ def shape_mismatch(tr_a: Mapping, tr_b: Mapping) -> Optional[str]:
         return (f"the two models record different steps (only model {who} has `{name}`, and "
                 f"{len(only_a) + len(only_b) - 1} more differ): they are not the same architecture")
     for n in tr_a:
-        sa, sb = tuple(np.shape(tr_a[n])), tuple(np.shape(tr_b[n]))
+        sa, sb = _shape(tr_a, n), _shape(tr_b, n)
         if sa != sb:
             return f"the step `{n}` has shape {sa} in model A but {sb} in model B: they are not the same shape"
     return None
+
+
+def _shape(tr: Mapping, name: str) -> tuple[int, ...]:
+    """A step's shape, read without working out a slim trace's step (``Trace.shape``)."""
+    shape = getattr(tr, "shape", None)
+    return tuple(shape(name)) if callable(shape) else tuple(np.shape(tr[name]))
 
 
 def mismatch(tok_a, tok_b, tr_a: Mapping, tr_b: Mapping) -> Optional[str]:
