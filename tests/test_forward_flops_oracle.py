@@ -73,14 +73,20 @@ def test_a_server_may_raise_the_budget_within_bounds(monkeypatch, raw, expected)
     assert big_model_t(QWEN3_06B) == expected
 
 
-def test_compare_models_counts_both_models_passes(monkeypatch):
-    """Compare models runs two models on the text: twice the arithmetic, so half the tokens where the budget binds
-    (Qwen3-0.6B: 2 × 156 GFLOP at 128 is over 160, so 64; GPT-2 small: 2 × 136 at 512, so 256)."""
+def test_compare_models_counts_both_models_passes_and_the_second_trace(monkeypatch):
+    """Compare models runs two models on the text and keeps both traces: three passes' work, so where the budget
+    binds fewer tokens (Qwen3-0.6B: 3 × 77.2 GFLOP at 64 is over 160, so 32; GPT-2 small: 3 × 68 at
+    256 is over 160, so 128); a model whose budget does not bind keeps its 512."""
     monkeypatch.delenv("GPTVIZ_PAGE_GFLOP", raising=False)
-    assert big_model_t(QWEN3_06B, passes=2) == 64 and big_model_t(GPT2_SMALL, passes=2) == 256
-    assert why_cut(QWEN3_06B, 64, passes=2).startswith(
-        "This model has 596M parameters: each line is cut to 64 tokens because 2 passes over 128 tokens (one for "
-        "each model) would cost about 313 GFLOP, over this server's budget of 160 GFLOP a text")
+    assert page_context.COMPARE_PASSES == 3
+    assert big_model_t(QWEN3_06B, 3) == 32 and big_model_t(GPT2_SMALL, 3) == 128
+    assert QWEN3_06B.forward_flops(1, 64) * 3 > 160e9 >= QWEN3_06B.forward_flops(1, 32) * 3  # the oracle's own sums
+    assert why_cut(QWEN3_06B, 32, 3, page_context.COMPARE_SAID).startswith(
+        "This model has 596M parameters: each line is cut to 32 tokens because the work of about 3 passes over 64 "
+        "tokens (one pass for each model, and one for keeping the second model's trace) would cost about 232 GFLOP, "
+        "over this server's budget of 160 GFLOP a text")
+    monkeypatch.setenv("GPTVIZ_PAGE_GFLOP", "10000")
+    assert big_model_t(QWEN3_06B, 3) == 256  # a faster server's budget: the trace limit binds
 
 
 def test_a_mixture_of_experts_over_the_parameter_limit_names_its_expert_fields():

@@ -103,6 +103,15 @@ PASSES_SAID = {2: "{p} passes over {n} tokens (one for each model)",
                3: "the forward and backward passes over {n} tokens (about {p} forward passes)"}
 
 
+# Compare models runs two models on the text and keeps both traces. Counted as 2 passes, a Qwen3-0.6B-shaped pair read
+# 64 tokens and its text change took 2.7 s at p50 and 4.2 s at p95 of 20 (tools/bench, 2026-11-28): each trace took
+# about twice a plain pass (1.35-1.54 s against 0.69-0.80 s at T = 64), its memory fresh while the caches fill. The
+# budget was measured on one-model pages, so it already holds one trace's keeping; the second counts one pass more.
+COMPARE_PASSES = 3
+COMPARE_SAID = ("the work of about {p} passes over {n} tokens (one pass for each model, and one for keeping the "
+                "second model's trace)")
+
+
 def why_cut(cfg: ModelConfig, T: int, passes: int = 1, said: Optional[str] = None) -> str:
     """The sentence saying why a big model's lines are cut to T tokens (``big_model_t(cfg, passes)``); ``said``: what
     the page's passes are ("{p}" and "{n}" filled in), when not one of PASSES_SAID's."""

@@ -139,10 +139,11 @@ def test_the_most_changed_head_is_one_click_away_and_hostile_text_stays_text():
     assert chart(at, "B − A")["layout"]["title"]["text"].endswith(f"head {head}")
 
 
-def test_a_big_model_compares_on_what_two_passes_may_cost_and_says_so(monkeypatch):
+def test_a_big_model_compares_on_what_two_models_may_cost_and_says_so(monkeypatch):
     """A server budget of 40 GFLOP a text (GPTVIZ_PAGE_GFLOP): GPT-2 small's pass over 128 tokens costs about 32 GFLOP
-    (2 × 124M × 128 and the 12 layers' 128 × 128 products), so its line is cut to 128; Compare models runs two models,
-    65 GFLOP at 128, so it reads 64 and says so; the step it draws has 64 positions, not the 156 typed."""
+    (2 × 124M × 128 and the 12 layers' 128 × 128 products), so its line is cut to 128; Compare models runs two models
+    and keeps both traces, about 3 passes' work (3 × 16 GFLOP at 64 is over 40), so it reads 32 and says so; the step it
+    draws has 32 positions, not the 156 typed."""
     from gptviz.text.tokenizers import get_tokenizer
 
     monkeypatch.setenv("GPTVIZ_PAGE_GFLOP", "40")
@@ -152,6 +153,7 @@ def test_a_big_model_compares_on_what_two_passes_may_cost_and_says_so(monkeypatc
     said = " ".join(c.value for c in at.caption)
     assert ("each line is cut to 128 tokens because one pass over 256 tokens would cost about 66 GFLOP, over this "
             "server's budget of 40 GFLOP a text") in said
-    assert "here each model reads its line cut to 64 tokens because 2 passes over 128 tokens (one for each model) " \
-           "would cost about 65 GFLOP, over this server's budget of 40 GFLOP" in said
-    assert _diff_z(at).shape[-1] == 64
+    assert ("here each model reads its line cut to 32 tokens because the work of about 3 passes over 64 tokens (one "
+            "pass for each model, and one for keeping the second model's trace) would cost about 48 GFLOP, over this "
+            "server's budget of 40 GFLOP") in said
+    assert _diff_z(at).shape[-1] == 32

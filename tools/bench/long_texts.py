@@ -136,7 +136,7 @@ def expected(which: str, models_dir: Path) -> dict:
             raise BenchFailure(f"the folder {folder} is not {name} ({cfg.num_params():,} parameters)")
         tok = HFTokenizer.from_file(folder / "tokenizer.json")
         label, query = f"{name} · {cfg.num_params():,} params", {"model": name}
-    from gptviz.present.page_context import big_model_t
+    from gptviz.present.page_context import COMPARE_PASSES, big_model_t
 
     story, typed, T = STORY * 8, TYPED_OF[which], T_OF[which]
     if big_model_t(cfg) != T or big_model_t(cfg, passes=3) != T_BACKWARD_OF[which]:
@@ -155,8 +155,8 @@ def expected(which: str, models_dir: Path) -> dict:
         raise BenchFailure(f"{typed} tokens took {len(first)} characters, over the app's {MAX_LINE_CHARS:,} a line")
     return {"cfg": cfg, "label": label, "query": dict(query, text=first), "text_for": text_for, "T": T,
             # pages whose arithmetic is more than one pass of the text read fewer tokens of a big model's line:
-            # Compare models runs two models, the Backward page a forward and a backward pass (about 3)
-            "T_of_page": {"compare_models": big_model_t(cfg, passes=2), "backward": big_model_t(cfg, passes=3),
+            # Compare models runs two models and keeps both traces, the Backward page a forward and a backward pass
+            "T_of_page": {"compare_models": big_model_t(cfg, COMPARE_PASSES), "backward": big_model_t(cfg, passes=3),
                           "who_did_it": big_model_t(cfg, passes=2)},  # the trace and the logit lens
             "typed": typed, "cut_said": CUT_SAID.get(which),
             "tokenizer": "gpt2" if which == "gpt2" else "its own BPE (2,000)"}

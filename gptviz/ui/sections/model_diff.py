@@ -20,7 +20,7 @@ from ...perf import BIG_MODEL_PARAMS
 from ...present import figures, matrices, source_code
 from ...present.descriptions import step_info
 from ...present.markdown_text import plain_md
-from ...present.page_context import big_model_t, config_json, why_cut
+from ...present.page_context import COMPARE_PASSES, COMPARE_SAID, big_model_t, config_json, why_cut
 from ...run import edits as edit_specs
 from ...text.tokenizers import token_labels
 from .. import resources
@@ -202,13 +202,14 @@ def compared(ctx, key: str = "cmp") -> Optional[Compared]:
     cfg_a, cfg_b = resources.get_model(a.cfg_json, a.model_key).config, resources.get_model(b.cfg_json,
                                                                                               b.model_key).config
     big = max(cfg_a.num_params(), cfg_b.num_params()) > BIG_MODEL_PARAMS
-    # a model past 20M parameters reads at most 512 tokens, fewer if a trace won't fit or the two models' passes would
-    # cost more than the page's arithmetic budget (big_model_t with passes=2)
-    cap = (min(big_model_t(cfg_a, passes=2), big_model_t(cfg_b, passes=2)) if big
+    # a model past 20M parameters reads at most 512 tokens, fewer if a trace won't fit or the two models' passes and
+    # traces would cost more than the page's arithmetic budget (big_model_t with COMPARE_PASSES)
+    cap = (min(big_model_t(cfg_a, COMPARE_PASSES), big_model_t(cfg_b, COMPARE_PASSES)) if big
            else min(cfg_a.block_size, cfg_b.block_size))
     if big and len(_text_ids(ctx, a, cap + 1)) > cap:
         bigger = cfg_a if cfg_a.num_params() >= cfg_b.num_params() else cfg_b
-        st.caption(why_cut(bigger, cap, passes=2).replace("each line is cut", "here each model reads its line cut"))
+        st.caption(why_cut(bigger, cap, COMPARE_PASSES, COMPARE_SAID).replace("each line is cut",
+                                                                              "here each model reads its line cut"))
     ids = [i for i in _text_ids(ctx, a, cap) if 0 <= i < min(cfg_a.vocab_size, cfg_b.vocab_size)]
     if not ids:
         st.warning("The text has no tokens these models know: type another text in the sidebar.")
