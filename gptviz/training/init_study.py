@@ -19,7 +19,6 @@ two, with both cores loaded): the server is best started with one torch thread.
 """
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
@@ -35,6 +34,7 @@ from ..model.gpt import GPT
 from ..model.hook_names import act_name
 from ..run.loss import loss_breakdown
 from ..run.trace import trace
+from .fresh_models import fresh_model, read_only_model
 from .tasks import Task, TaskBatch
 
 # 13 scales, 4 per decade, from 0.002 to 2: 0.02 (GPT-2's choice) and 0.2 are on the grid.
@@ -71,35 +71,6 @@ def _valid(x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Ten
 
 def ln_v(cfg: ModelConfig) -> float:
     return math.log(cfg.vocab_size)
-
-
-def _changed(cfg: ModelConfig, init_std: Optional[float], activation: Optional[str]) -> ModelConfig:
-    changes = {}
-    if init_std is not None:
-        changes["init_std"] = float(init_std)
-    if activation is not None:
-        changes["activation"] = activation
-    return cfg.replace(**changes) if changes else cfg
-
-
-def fresh_model(cfg: ModelConfig, init_std: Optional[float] = None, activation: Optional[str] = None) -> GPT:
-    """A new model of this shape at ``init_std`` (same seed, so the same weights every time): one to train."""
-    return GPT(_changed(cfg, init_std, activation))
-
-
-CACHE_PARAMS = 1_000_000  # fresh models up to this size are built once and kept (32 at most)
-
-
-@functools.lru_cache(maxsize=32)
-def _kept_model(cfg: ModelConfig) -> GPT:
-    return GPT(cfg)
-
-
-def read_only_model(cfg: ModelConfig, init_std: Optional[float] = None, activation: Optional[str] = None) -> GPT:
-    """``fresh_model``'s model for reading only (forward passes, traces): small ones are built once and reused,
-    since the weights depend on the shape, the seed and the scale, never on the text. Never train it."""
-    c = _changed(cfg, init_std, activation)
-    return _kept_model(c) if c.num_params() <= CACHE_PARAMS else GPT(c)
 
 
 # --------------------------------------------------------------------------- fact 1: the initial loss
