@@ -55,8 +55,8 @@ every figure is set against a baseline measured in the same run, because these m
 8. **families** (issue 38) — every page after a text change at T = 256 for a Qwen3-0.6B-shaped model folder
    (596,049,920 parameters, random weights, built here with ``transformers``; 20 text changes a page, goal p95 ≤ 3 s
    on every page, Backward too) and one trace's memory, then every page's view and text change on the shipped
-   mixture of experts (shakespeare-moe, 8 experts, top 2) as in part 2. About 30 minutes, so only with
-   ``--only families``.
+   mixture of experts (shakespeare-moe, 8 experts, top 2): typed sentences as in part 2 (goal 300 ms), and lines as
+   long as its context, 128 tokens (the long texts' goal, 3 s). About 35 minutes, so only with ``--only families``.
 
 ``--quick`` runs fewer repeats (a smoke check; shorter class runs).
 ``--only trace,pages,circuits,memory,training,browser`` (the default) picks parts, ``class`` among them when

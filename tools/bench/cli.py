@@ -75,7 +75,8 @@ def main(argv=None) -> int:
         ("long", lambda: bench_long(a.quick)),
         # 20 text changes a page for the Qwen3 shape (p95 of 20, as issue 38 asks; 21 pages, ~20 minutes)
         ("families", lambda: bench_long(a.quick, reps=2 if a.quick else 20, models=("qwen3",))
-         + bench_pages(a.quick, "shakespeare-moe", pages)),
+         + bench_pages(a.quick, "shakespeare-moe", pages)
+         + bench_pages(a.quick, "shakespeare-moe · full lines", pages)),
     ]
     started, t_run = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
     with LoadSampler() as load:

@@ -35,11 +35,11 @@ from pathlib import Path
 
 from gptviz.paths import ROOT
 from gptviz.present.url_params import MAX_LINE_CHARS
-from tools.bench.models import fresh_words
+from tools.bench.models import LONG_GOAL_MS, fresh_words
 from tools.bench.report import BenchFailure, failed, mib, row, spread, table
 
 T_LONG = 512
-GOAL_MS, GOAL_BACKWARD_MS, GOAL_TRACE_MIB = 3000, 6000, 1536
+GOAL_MS, GOAL_BACKWARD_MS, GOAL_TRACE_MIB = LONG_GOAL_MS, 6000, 1536
 GPT2_PARAMS, SMOL_PARAMS = 124_439_808, 134_515_008
 SMOL_NAME = "SmolLM2-135M-shape"
 QWEN3_PARAMS, QWEN3_NAME = 596_049_920, "Qwen3-0.6B-shape"

@@ -8,6 +8,7 @@ import torch
 from tools.bench.report import GOALS, BenchFailure
 
 GPT2_SMALL_PARAMS = 124_439_808
+LONG_GOAL_MS = 3000  # a text change of a line as long as the model reads (tools/bench/long_texts.py's GOAL_MS)
 # The sidebar's model caption: the bench reads the vocabulary and parameter count a page really uses from it.
 CAPTION = re.compile(r"vocab_size = ([\d,]+), set by the tokenizer · ([\d,]+) parameters")
 
@@ -72,17 +73,21 @@ def expected_model(shape: str) -> dict:
         cfg = preset("default", vocab_size=tok.vocab_size)
         return {"cfg": cfg, "tokenizer": "char-bpe", "query": {"preset": "default"},
                 "label": f"default · {cfg.num_params():,} params", "goal_ms": GOALS["page_default_ms"]}
-    if shape == "shakespeare-moe":  # the shipped mixture of experts (issue 38), read from its checkpoint
+    if shape in ("shakespeare-moe", "shakespeare-moe · full lines"):  # the shipped mixture of experts (issue 38)
         from gptviz.model.checkpoint import load_checkpoint
         from gptviz.paths import CHECKPOINTS
 
         cfg = load_checkpoint(CHECKPOINTS / "shakespeare-moe.safetensors").model.config
         if (cfg.n_expert, cfg.n_expert_active) != (8, 2):
             raise BenchFailure(f"shakespeare-moe has {cfg.n_expert} experts, top {cfg.n_expert_active}, not 8, top 2")
-        # a loaded model: its traces carry no parameter count (the sidebar's caption is checked on every run instead)
+        # a loaded model: its traces carry no parameter count (the sidebar's caption is checked on every run instead).
+        # A class types sentences: those rows hold the shipped models' goal. Lines as long as its context (128 tokens,
+        # each page's integrated gradients 64 passes over them) hold the long texts' goal, as a big model's lines do.
+        lines = shape.endswith("full lines")
         return {"cfg": cfg, "tokenizer": "its own char-bpe", "query": {"preset": "checkpoint: shakespeare-moe"},
-                "loaded": True,
-                "label": f"shakespeare-moe · {cfg.num_params():,} params", "goal_ms": GOALS["page_default_ms"]}
+                "loaded": True, "sentences": not lines,
+                "label": f"shakespeare-moe · {cfg.num_params():,} params",
+                "goal_ms": LONG_GOAL_MS if lines else GOALS["page_default_ms"]}
     cfg = preset("gpt2-small", vocab_size=50257)
     if cfg.num_params() != GPT2_SMALL_PARAMS:
         raise BenchFailure(f"preset gpt2-small has {cfg.num_params():,} parameters, not GPT-2 small's "

@@ -115,7 +115,7 @@ def _text_change(at, shape: str, exp: dict) -> None:
     if "text_for" in exp:  # a text of exactly the row's T tokens
         type_text(at, exp["text_for"](w))
     else:
-        type_text(at, f"{w} {LONG_TEXT}" if shape != "default" else f"the {w} sat on the mat.")
+        type_text(at, f"the {w} sat on the mat." if shape == "default" or exp.get("sentences") else f"{w} {LONG_TEXT}")
 
 
 def _empty_script_ms(AppTest, reps: int) -> tuple[float, int]:
