@@ -116,3 +116,45 @@ def use_threads(n: int) -> None:
 
     torch.get_num_threads()  # the thread's first contact: torch copies the process-wide count into it now
     torch.set_num_threads(max(1, int(n)))
+
+
+# Long-lived threads for the app's traces. Each of Streamlit's script runs is a new thread, and glibc hands a new
+# thread whichever malloc arena is free then: the memory an evicted trace gave back sits in another thread's arena,
+# and the next trace faults in fresh pages. Qwen3-0.6B shape, Home at T = 128, 10 text changes in AppTest: 150k-178k
+# minor faults on 6 of them and traces of 1.38-2.66 s; in two long-lived threads, 19k-49k after the first two
+# (the rest is the logits, over glibc's 32 MB mmap threshold) and 1.35-1.65 s.
+_pool = None
+_pool_lock = threading.Lock()
+_worker = threading.local()
+
+
+def worker_count(cores: int | None = None) -> int:
+    """How many trace threads the process keeps: one per core, at least 2 (two small models' traces run at once)."""
+    import os
+
+    return max(2, cores if cores is not None else (os.cpu_count() or 1))
+
+
+def in_worker(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run in one of the process's long-lived worker threads (``worker_count``), with the
+    caller's torch thread count; its result returned and its exception raised here. Called from a worker thread, it
+    runs ``fn`` there (a job never waits for a worker it holds)."""
+    global _pool
+    if getattr(_worker, "inside", False):
+        return fn(*args, **kwargs)
+    import torch
+
+    n = torch.get_num_threads()
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _pool = ThreadPoolExecutor(worker_count(), thread_name_prefix="gptviz-trace")
+
+    def job():
+        _worker.inside = True
+        use_threads(n)
+        return fn(*args, **kwargs)
+
+    return _pool.submit(job).result()

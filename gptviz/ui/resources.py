@@ -21,7 +21,7 @@ from ..config import ModelConfig
 from ..model.build import build_model
 from ..model.gpt import GPT
 from ..paths import CHECKPOINTS
-from ..perf import BIG_MODEL_PARAMS
+from ..perf import BIG_MODEL_PARAMS, in_worker
 from ..present.page_context import Entry, trace_for_view
 from ..run import edits as edit_specs
 from ..run.byte_cache import ByteLRU, nbytes
@@ -314,7 +314,11 @@ def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tupl
 
 def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None,
                    grad_layer=None) -> Trace:
-    return trace_for_view(get_model(cfg_json, model_key), x, y, mask, edits_key, grads, src, src_mask, grad_layer)
+    """The frozen trace, worked out in one of the process's long-lived worker threads (``gptviz.perf.in_worker``):
+    their memory is reused trace after trace, where each script run's new thread faulted in fresh pages. The model is
+    found here, in the caller's thread: a session's own models are in its session state."""
+    model = get_model(cfg_json, model_key)
+    return in_worker(lambda: trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask, grad_layer).freeze())
 
 
 # Traces, shared by every session (frozen: read-only arrays), least recently used forgotten past this many
@@ -325,7 +329,7 @@ _TRACES = ByteLRU(TRACE_CACHE_BYTES, "traces")
 
 
 def _traced_small(*args) -> Trace:
-    return _TRACES.get_or_compute(args, lambda: _compute_trace(*args).freeze())
+    return _TRACES.get_or_compute(args, lambda: _compute_trace(*args))
 
 
 def _traced_big(*args) -> Trace:
@@ -333,7 +337,7 @@ def _traced_big(*args) -> Trace:
     if cached is not None:
         return cached
     with st.spinner("Running the big model…"):
-        return _TRACES.get_or_compute(args, lambda: _compute_trace(*args).freeze())
+        return _TRACES.get_or_compute(args, lambda: _compute_trace(*args))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
