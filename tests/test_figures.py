@@ -109,6 +109,34 @@ def test_vocab_columns_top_k_plus_targets():
     assert m.cols == ["b", "d", "e"] and m.values[1, 2] == 4.0
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vocab_columns_of_a_big_vocabulary_are_each_rows_k_largest_and_the_targets(dtype):
+    """Against a full sort of every row (random logits: no ties), on a read-only array as a cached trace gives it."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((9, 5000)).astype(dtype)
+    logits.flags.writeable = False
+    y = np.array([7, -100, 4999, 0, -100, 12, 12, 3000, -100])
+    want = {int(i) for row in logits for i in np.argsort(-row, kind="stable")[:10]} | {7, 4999, 0, 12, 3000}
+    ids = matrices.vocab_columns(logits, y, k=10)
+    assert ids.tolist() == sorted(want) and ids.dtype == np.int64
+    assert matrices.vocab_columns(logits, None, k=5000).tolist() == list(range(5000))
+
+
+def test_top_predictions_of_a_big_vocabulary_are_a_full_stable_sorts_first_k():
+    """Against a full stable sort of every row, ties included (the lower id first), on a read-only table."""
+    rng = np.random.default_rng(5)
+    p = rng.random((6, 5000)).astype(np.float32)
+    p[2, [10, 20, 30, 40]] = 2.0  # a four-way tie at the top: ids in order
+    p[4, [4000, 17]] = 3.0
+    p[4, 99] = 2.5
+    p.flags.writeable = False
+    names = [f"t{i}" for i in range(5000)]
+    got = matrices.top_predictions(p, 3, names)
+    want = [[(names[i], float(row[i])) for i in np.argsort(-row, kind="stable")[:3]] for row in p]
+    assert got == want
+    assert [n for n, _ in got[2]] == ["t10", "t20", "t30"] and [n for n, _ in got[4]] == ["t17", "t4000", "t99"]
+
+
 def test_top_predictions_and_averaging():
     p = np.array([[0.1, 0.7, 0.2]])
     assert matrices.top_predictions(p, 2, ["a", "b", "c"]) == [[("b", 0.7), ("c", 0.2)]]

@@ -5,6 +5,7 @@ No Streamlit and no Plotly here, so the slicing rules are tested on their own.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -182,7 +183,14 @@ def vocab_columns(logits: np.ndarray, targets: Optional[np.ndarray], k: int = TO
     """
     V = logits.shape[-1]
     k = min(k, V)
-    top = np.argpartition(-logits, k - 1, axis=-1)[:, :k] if k < V else np.tile(np.arange(V), (logits.shape[0], 1))
+    if k < V:  # torch's top-k: (T, k) ids, where argpartition made a (T, V) table of ids, 155 MB for Qwen3 at T = 128
+        import torch
+
+        with warnings.catch_warnings():  # a cached trace's arrays are read-only; top-k only reads them
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+            top = torch.from_numpy(np.asarray(logits)).topk(k, dim=-1, sorted=False).indices.numpy()
+    else:
+        top = np.tile(np.arange(V), (logits.shape[0], 1))
     ids = set(top.ravel().tolist())
     if targets is not None:
         ids |= {int(t) for t in np.asarray(targets).ravel() if 0 <= t < V}
@@ -205,7 +213,11 @@ def top_predictions(probs: np.ndarray, k: int, id_labels: Sequence[str]) -> list
     if k == V:
         order = np.argsort(-probs, axis=-1, kind="stable")
     else:  # only the candidates (every id at least as likely as the k-th) are sorted: a long text × 50k ids
-        kth = np.partition(probs, V - k, axis=-1)[:, V - k]
+        import torch
+
+        with warnings.catch_warnings():  # the k-th largest of each row, without partitioning a copy of the table
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+            kth = torch.from_numpy(np.asarray(probs)).topk(k, dim=-1).values[:, -1].numpy()
         order = [c[np.argsort(-probs[t, c], kind="stable")][:k]
                  for t in range(probs.shape[0]) for c in [np.flatnonzero(probs[t] >= kth[t])]]
     return [[(id_labels[i], float(probs[t, i])) for i in order[t]] for t in range(probs.shape[0])]
