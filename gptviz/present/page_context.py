@@ -230,6 +230,14 @@ class Ctx:
                 self._traces[grads] = self.store.traced(*args, edit_specs.spec_key(None), grads, *source, **scope)
         return self._traces[grads]
 
+    def trace_for_step(self, name: str, grads: bool = False) -> Trace:
+        """The trace to read step ``name`` (or, ``grads``, its gradient) from: this run's trace with gradients when
+        it holds the step (a long text's keeps only the layer in view), so the Backward page's forward half needs
+        no second trace; else ``trace(grads)``."""
+        if not grads and True in self._traces and name in self._traces[True]:
+            return self._traces[True]
+        return self.trace(grads)
+
     def without_traces(self) -> "Ctx":
         """A copy holding none of this run's traces, for what Streamlit keeps after a run (a download's callable, a
         widget's callback args): the copy traces again, through the cache, if it is asked for one."""

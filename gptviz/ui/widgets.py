@@ -23,7 +23,7 @@ from .cell_picker import pick_cell, zoomed
 def masked(ctx: Ctx, name: Optional[str] = None) -> Optional[np.ndarray]:
     """The cells self-attention may not use in the selected batch row: for ``name``, a step of one layer's
     self-attention, that layer's own (a sliding window may be on some layers only); else the first layer's."""
-    tr = ctx.trace()
+    tr = ctx.trace() if name is None else ctx.trace_for_step(name)
     if name is not None and name.startswith("blocks.") and ".attn." in name:
         own = _masked_cells(tr, ctx.b, name)
         if own is not None:
@@ -68,7 +68,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     """One recorded step (or its gradient) for the selected batch row, as a heatmap with a pager if wide.
     ``plot_px``: the plot's width on screen, to write every x label level or upright and apart
     (``figures.readable_x_labels``) rather than at 45°."""
-    tr = ctx.trace(grads=grad)
+    tr = ctx.trace_for_step(name, grad)
     info = step_info(tr, name)
     value = tr.grad(name) if grad else tr[name]
     if value is None:
@@ -219,7 +219,7 @@ def head_step(ctx: Ctx, name: str, key: str = "", grad: bool = False, with_downl
               plot_px: Optional[float] = None):
     """A per-head step for the selected head, or for every head at once when "all heads" is chosen. ``plot_px``:
     the one head's plot width on screen (``step_heatmap``)."""
-    tr = ctx.trace(grads=grad)
+    tr = ctx.trace_for_step(name, grad)
     info = step_info(tr, name)
     if ctx.head is not None or "query_pos" not in info.axes:
         return step_heatmap(ctx, name, head=ctx.head, key=key, grad=grad, with_downloads=with_downloads,
