@@ -391,7 +391,8 @@ def resolve(s: dict, store, passes: int = 1, passes_said: Optional[str] = None) 
         T = big_model_t(cfg, passes)
         notes.append(Notice("caption", why_cut(cfg, T, passes, passes_said)))
     try:
-        batch = encode_batch(tok, s["text"], T)
+        batch = encode_batch(tok, s["text"], T, limit_said=f"the {T} tokens a line of this big model is cut to"
+                             if T < cfg.block_size else None)
     except ValueError as exc:
         notes.append(Notice("warning", f"{_cap(str(exc))}. Showing the example sentence instead.", "✏️"))
         example = entry.meta.get("example") if entry is not None else None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -125,11 +125,12 @@ def _encode_line(tokenizer, text: str, block_size: int | None) -> tuple[list[int
 
 
 def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None = None,
-                 max_lines: int = MAX_LINES) -> Batch:
+                 max_lines: int = MAX_LINES, limit_said: Optional[str] = None) -> Batch:
     """Encode each line of text as one row of a batch (see ``pad_batch``), with notices for the user.
 
     At most ``max_lines`` lines are used. A line far longer than the context is cut before it is
-    encoded (a token is at least one character, so nothing that could fit is lost).
+    encoded (a token is at least one character, so nothing that could fit is lost). ``limit_said``: what
+    ``block_size`` is, for the notice, when it is not the model's context (a big model's lines are cut shorter).
     """
     if isinstance(texts, str):
         texts = texts.splitlines()
@@ -142,13 +143,14 @@ def encode_batch(tokenizer, texts: Sequence[str] | str, block_size: int | None =
         texts = texts[:max_lines]
     cut = set()
     seqs = []
+    limit = limit_said or f"the model's context (block_size={block_size}) can hold"
     for i, t in enumerate(texts):
         ids, whole = _encode_line(tokenizer, t, block_size)
         seqs.append(ids)
         if not whole:
             notices.append(
-                f"Line {i + 1} has {len(t):,} characters, far more than the model's context "
-                f"(block_size={block_size}) can hold: it was cut to its first {block_size} tokens."
+                f"Line {i + 1} has {len(t):,} characters, far more than {limit}: it was cut to its first "
+                f"{block_size} tokens."
             )
             cut.add(i)
     unknown_of = getattr(tokenizer, "unknown_chars", None)

@@ -60,3 +60,13 @@ def test_who_did_it_counts_its_logit_lens_as_a_second_pass():
             "2 passes) would cost about 65 GFLOP, over this server's budget of 40 GFLOP a text") in said
     positions = next(s for s in at.selectbox if s.label == "The prediction made at position")
     assert len(positions.options) == 64
+
+
+def test_a_long_line_is_said_to_be_cut_to_what_the_big_model_reads_not_to_its_context():
+    """GPT-2 small's context is 1,024 tokens; at 40 GFLOP its lines are cut to 128. The notice names the 128 as the
+    cut for this big model, never as its block_size."""
+    at = ok(page("home", preset="gpt2-small", tokenizer="gpt2", text=TEXT))
+    said = [m.value for m in [*at.info, *at.warning, *at.caption]]
+    assert any("far more than the 128 tokens a line of this big model is cut to: it was cut to its first 128 "
+               "tokens." in m for m in said), said
+    assert not any("block_size=128" in m for m in said)
