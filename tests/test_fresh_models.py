@@ -64,3 +64,37 @@ def test_two_threads_asking_at_once_get_one_model(monkeypatch):
     [t.join(timeout=20) for t in threads]
     assert len(built) == 2 and got[0] is got[1] and got[0] is not None
     assert list(fresh_models._kept.values()) == [got[0]]
+
+
+def test_a_kept_model_is_not_built_again(monkeypatch):
+    """Asked twice for each of 13 scales: 13 builds, not 26 (the second asking finds each kept)."""
+    monkeypatch.setattr(fresh_models, "_kept", type(fresh_models._kept)())
+    built, real = [], fresh_models.GPT
+    monkeypatch.setattr(fresh_models, "GPT", lambda cfg: built.append(cfg) or real(cfg))
+    scales = [0.002 * 10 ** (i / 4) for i in range(13)]
+    for _ in range(2):
+        for s in scales:
+            read_only_model(_cfg(), s)
+    assert len(built) == 13
+
+
+def test_the_bound_counts_every_kept_models_parameters_whatever_their_sizes(monkeypatch):
+    """Two small models and a big one (2.5 small ones) against a bound of 3 small ones: both small ones go, the big
+    one stays alone; a model of exactly the bound is kept."""
+    monkeypatch.setattr(fresh_models, "_kept", type(fresh_models._kept)())
+    small = _cfg()
+    n = small.num_params()
+    big = next(_cfg(n_embd=e) for e in range(10, 64, 2) if 2.4 * n < _cfg(n_embd=e).num_params() < 3 * n)
+    monkeypatch.setattr(fresh_models, "KEPT_PARAMS", 3 * n)
+    read_only_model(small, 0.1)
+    read_only_model(small, 0.2)
+    b = read_only_model(big, 0.1)
+    assert list(fresh_models._kept.values()) == [b]
+    monkeypatch.setattr(fresh_models, "_kept", type(fresh_models._kept)())
+    monkeypatch.setattr(fresh_models, "KEPT_PARAMS", n)
+    assert read_only_model(small, 0.3) is read_only_model(small, 0.3)
+
+
+def test_a_model_to_train_takes_the_scale_and_activation_asked():
+    f = fresh_models.fresh_model(_cfg(), 0.5, "tanh")
+    assert f.config.activation == "tanh" and f.config.init_std == 0.5 and f is not read_only_model(_cfg(), 0.5, "tanh")
