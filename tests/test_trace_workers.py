@@ -99,3 +99,32 @@ def test_every_page_trace_is_computed_in_a_worker(monkeypatch):
         want, _ = resources.model_for(config_json(cfg))(torch.tensor([[1, 2, 3, 4]]))
     assert torch.allclose(logits, want, atol=1e-6)
     assert perf._pool is not None
+
+
+def test_the_pool_never_runs_more_threads_than_worker_count():
+    """worker_count() + 3 jobs at once, each holding its thread a moment: at most worker_count() threads ran them."""
+    import time
+
+    k = worker_count()
+    ran, started = [], []
+
+    def job():
+        ran.append(in_worker(lambda: time.sleep(0.2) or threading.get_ident()))
+
+    threads = [threading.Thread(target=job) for _ in range(k + 3)]
+    [t.start() or started.append(t) for t in threads]
+    [t.join(timeout=30) for t in threads]
+    assert len(ran) == k + 3 and len(set(ran)) <= k
+
+
+def test_a_nested_job_gets_its_arguments():
+    assert in_worker(lambda: in_worker(lambda a, b=0: a * 10 + b, 4, b=2)) == 42
+
+
+def test_worker_count_follows_the_machines_cores(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert worker_count() == 8
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert worker_count() == 2
