@@ -137,6 +137,20 @@ def test_top_predictions_of_a_big_vocabulary_are_a_full_stable_sorts_first_k():
     assert [n for n, _ in got[2]] == ["t10", "t20", "t30"] and [n for n, _ in got[4]] == ["t17", "t4000", "t99"]
 
 
+def test_top_predictions_of_a_vocabulary_smaller_than_k_rank_every_token():
+    """k past the vocabulary: every token, best first, ties in id order (each row of three)."""
+    p = np.array([[0.2, 0.5, 0.3], [0.4, 0.2, 0.4], [0.1, 0.1, 0.8]])
+    got = matrices.top_predictions(p, 5, ["a", "b", "c"])
+    assert [[n for n, _ in row] for row in got] == [["b", "c", "a"], ["a", "c", "b"], ["c", "a", "b"]]
+    assert [v for _, v in got[1]] == [0.4, 0.4, 0.2]
+
+
+def test_vocab_columns_leave_out_targets_outside_the_vocabulary():
+    logits = np.zeros((2, 6))
+    logits[0, 4] = logits[1, 2] = 1.0
+    assert matrices.vocab_columns(logits, np.array([6, -100]), k=1).tolist() == [2, 4]
+
+
 def test_top_predictions_and_averaging():
     p = np.array([[0.1, 0.7, 0.2]])
     assert matrices.top_predictions(p, 2, ["a", "b", "c"]) == [[("b", 0.7), ("c", 0.2)]]
