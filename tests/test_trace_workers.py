@@ -3,6 +3,7 @@ thread: results and errors come back to the caller, the caller's torch thread co
 asks for a worker from inside one runs where it is, and every page trace goes through them."""
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,6 +100,7 @@ def test_every_page_trace_is_computed_in_a_worker(monkeypatch):
         want, _ = resources.model_for(config_json(cfg))(torch.tensor([[1, 2, 3, 4]]))
     assert torch.allclose(logits, want, atol=1e-6)
     assert perf._pool is not None
+    assert not np.asarray(tr["hook_logits"]).flags.writeable  # shared by every session: read-only
 
 
 def test_the_pool_never_runs_more_threads_than_worker_count():

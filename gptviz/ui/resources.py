@@ -314,11 +314,12 @@ def default_source(model_key: Optional[str], x: tuple, cfg: ModelConfig) -> tupl
 
 def _compute_trace(cfg_json, model_key, x, y, mask, edits_key, grads, src=None, src_mask=None,
                    grad_layer=None) -> Trace:
-    """The frozen trace, worked out in one of the process's long-lived worker threads (``gptviz.perf.in_worker``):
-    their memory is reused trace after trace, where each script run's new thread faulted in fresh pages. The model is
-    found here, in the caller's thread: a session's own models are in its session state."""
+    """The trace (frozen by trace_for_view), worked out in one of the process's long-lived worker threads
+    (``gptviz.perf.in_worker``): their memory is reused trace after trace, where each script run's new thread faulted
+    in fresh pages. The model is found here, in the caller's thread: a session's own models are in its session
+    state."""
     model = get_model(cfg_json, model_key)
-    return in_worker(lambda: trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask, grad_layer).freeze())
+    return in_worker(lambda: trace_for_view(model, x, y, mask, edits_key, grads, src, src_mask, grad_layer))
 
 
 # Traces, shared by every session (frozen: read-only arrays), least recently used forgotten past this many
