@@ -260,3 +260,23 @@ def test_tokens_of_any_shape_are_read_flat_and_a_trace_without_a_mask_field_is_s
     want = by_hand(P, rec.idx[1:].numpy())
     for k in KINDS:
         assert np.allclose(got[k], want[k], atol=1e-12, rtol=0), k
+
+
+def test_detect_scores_a_padded_rows_real_tokens_only():
+    """Row 1 of a padded batch (7 real tokens, 5 of padding): its scores are those of the hand-written scorer on its
+    own 7 tokens' patterns, as if the padding were not there; row 0 (no padding) scores all 12."""
+    model = _model()
+    g = torch.Generator().manual_seed(4)
+    idx = torch.randint(1, 20, (2, 12), generator=g)
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        tr = trace(model, idx, attention_mask=mask).numpy()
+    for b, T in ((1, 7), (0, 12)):
+        got = hd.detect(tr, b=b)
+        pats = hd.patterns_from_trace(tr, b)[:, :, :T, :T]
+        want = by_hand(pats[:, :, None], np.asarray(idx[b:b + 1, :T]))
+        for kind in want:
+            np.testing.assert_allclose(got[kind], want[kind], atol=1e-6, equal_nan=True)
+    with_padding = by_hand(hd.patterns_from_trace(tr, 1)[:, :, None], np.asarray(idx[1:2]))
+    assert not all(np.allclose(hd.detect(tr, b=1)[k], with_padding[k], equal_nan=True) for k in with_padding)
