@@ -429,6 +429,26 @@ def test_x_labels_stand_level_when_they_fit_else_upright_and_every_kth_when_even
     assert fig.layout.xaxis.tickangle is None and list(fig.layout.xaxis.ticktext) == words  # the one given is unchanged
 
 
+def test_a_heatmap_given_its_plot_width_stands_its_column_labels_as_readable_x_labels_would():
+    """The pattern's heatmap is built with its labels already level or upright (``plot_px``), not copied after: the
+    same layout as ``readable_x_labels`` on the heatmap built without a width, and the rule's own numbers. 20 tokens of
+    5 characters at 14 px (each 21 px across upright) on 600, 240 and 100 px: every label, every 2nd, every 5th."""
+    from gptviz.present.matrices import Matrix, token_hover
+
+    words = [f"w{i:03d}x" for i in range(20)]
+    z = np.random.default_rng(0).random((20, 20))
+    m = Matrix(z, words, words, "query", "key", "probability", hover_rows=token_hover(words),
+               hover_cols=token_hover(words))
+    plain = figures.heatmap(m, "pattern", clickable=True)
+    for px, kept in ((600, words), (240, words[::2]), (100, words[::5])):
+        built = figures.heatmap(m, "pattern", clickable=True, plot_px=px)
+        assert built.to_plotly_json() == figures.readable_x_labels(plain, px).to_plotly_json()
+        assert built.layout.xaxis.tickangle == -90 and list(built.layout.xaxis.ticktext) == kept
+        assert list(built.layout.xaxis.tickvals) == [token_hover(words)[words.index(w)] for w in kept]
+    assert figures.heatmap(m, "pattern", plot_px=2000).layout.xaxis.tickangle == 0  # 100 px a column: level
+    assert plain.layout.xaxis.tickangle is None
+
+
 def test_labels_turned_before_finishing_get_the_room_they_take():
     """A few labels on a wide chart are not crowded, but turned upright already (readable_x_labels on a narrow plot)
     they hang down their whole width: the bottom margin makes room for it, so the axis title stays below them."""

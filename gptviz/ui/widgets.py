@@ -67,7 +67,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
                  plot_px: Optional[float] = None):
     """One recorded step (or its gradient) for the selected batch row, as a heatmap with a pager if wide.
     ``plot_px``: the plot's width on screen, to write every x label level or upright and apart
-    (``figures.readable_x_labels``) rather than at 45°."""
+    (``figures.readable_x_labels``' rule) rather than at 45°."""
     tr = ctx.trace_for_step(name, grad)
     info = step_info(tr, name)
     value = tr.grad(name) if grad else tr[name]
@@ -95,9 +95,7 @@ def step_heatmap(ctx: Ctx, name: str, head: Optional[int] = None, title: Optiona
     by_pos = m.row_title in ("query", "position") and not m.note.startswith("rows")
     fig = figures.heatmap(m, t, show_values=ctx.s.get("show_values", False), height=height,
                           highlight_row=sel[0] if sel and by_pos else None,
-                          highlight_col=sel[1] if sel and pairwise else None, clickable=pairwise)
-    if plot_px:
-        fig = figures.readable_x_labels(fig, plot_px)
+                          highlight_col=sel[1] if sel and pairwise else None, clickable=pairwise, plot_px=plot_px)
     chart_key = f"fig.{key}{name}{'.g' if grad else ''}"
     if pairwise and m.values.size <= BIG_CELLS:  # click a cell: select that query and key on every chart
         # (a long text's map has no cells to click, a cell is a pixel: drag to zoom instead)

@@ -29,6 +29,7 @@ from .base import (
     unique_labels,
     wrap,
 )
+from .finishing import readable_x_layout
 
 
 def _height(n_rows: int) -> int:
@@ -100,12 +101,14 @@ def value_cell_points(xs: Sequence, ys: Sequence, z: np.ndarray, masked: np.ndar
 
 def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_title: str = "",
             height: Optional[int] = None, highlight_row: Optional[int] = None,
-            highlight_col: Optional[int] = None, clickable: bool = False) -> go.Figure:
+            highlight_col: Optional[int] = None, clickable: bool = False,
+            plot_px: Optional[float] = None) -> go.Figure:
     """One step as a heatmap: rows are positions (tokens), columns whatever the step's last axis is.
 
     Each row and column is a category named by its hover label (e.g. "3: 'the'"), so tokens that repeat
     stay distinct cells; the ticks show the plain token. ``clickable``: a click on a cell selects it in
-    Streamlit's points selection mode (see ``cell_points``).
+    Streamlit's points selection mode (see ``cell_points``). ``plot_px``: the plot's width on screen, to stand the
+    column labels level or upright and apart (``readable_x_labels``' rule, applied before the figure is built).
     """
     z = np.asarray(m.values, dtype=float)
     nr, nc = z.shape
@@ -132,6 +135,8 @@ def heatmap(m: Matrix, title: str = "", show_values: bool = False, colorbar_titl
     layout = base_layout(title, height or _height(nr),
                          xaxis=axis(m.col_title, type="category", **xt),
                          yaxis=axis(m.row_title, reverse=True, type="category", **yt))
+    if plot_px:
+        layout = readable_x_layout(layout, plot_px, nc)
     shapes = outline_shapes(nr, nc, highlight_row, highlight_col)
     if shapes:
         layout["shapes"] = shapes
