@@ -119,3 +119,36 @@ def test_a_failed_warm_up_is_a_warning_and_nothing_else(monkeypatch, caplog):
         assert warm_up.warm_logged() is None
     assert [(r.levelname, "no checkpoint" in (r.exc_text or "")) for r in caplog.records] == [("WARNING", True)]
     assert "the first page view will do this work instead" in caplog.records[0].getMessage()
+
+
+def test_a_session_makes_its_pages_once_and_still_opens_the_page_asked_for(monkeypatch):
+    """app.py's navigation makes the 20 ``st.Page`` objects on a session's first run and keeps them in that session:
+    later runs make none (each made one resolves its path on disk) and still run the page asked for; another
+    session makes its own objects, never the first one's."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from gptviz.ui import nav
+
+    made = []
+    real_page = st.Page
+
+    def page(*args, **kwargs):
+        made.append(args[0])
+        return real_page(*args, **kwargs)
+
+    monkeypatch.setattr(st, "Page", page)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    assert len(made) == len(nav.available()) == len(nav.PAGES)
+    first = at.session_state[nav.NAV_PAGES]
+    at.switch_page("app_pages/attention.py").run()
+    assert not at.exception
+    assert any(t.value.startswith("Attention · layer") for t in at.title)
+    at.switch_page("app_pages/tokens_and_batch.py").run()
+    assert not at.exception and len(made) == len(nav.PAGES)  # no page made again
+    assert at.session_state[nav.NAV_PAGES] is first
+    other = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert len(made) == 2 * len(nav.PAGES)
+    ours = {id(p) for ps in first.values() for p in ps}
+    assert not ours & {id(p) for ps in other.session_state[nav.NAV_PAGES].values() for p in ps}
