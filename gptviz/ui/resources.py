@@ -215,9 +215,20 @@ def hub_gpt2(load) -> str:
 
 def shipped_names(decoder_only: bool = False) -> list[str]:
     """The checkpoints in checkpoints/ (not the *.snapshots files). ``decoder_only``: leave out
-    encoder-decoder models (``config.n_enc_layer >= 0``)."""
-    names = sorted(p.stem for p in CHECKPOINTS.glob("*.safetensors") if "." not in p.stem)
+    encoder-decoder models (``config.n_enc_layer >= 0``). The folder is listed again only when its modification
+    time changes (a file added, removed or renamed): one ``stat`` on every run, not a listing."""
+    try:
+        stamp = os.stat(CHECKPOINTS).st_mtime_ns
+    except OSError:
+        stamp = None
+    names = _shipped_listing(stamp)
     return [n for n in names if not decoder_only or _shipped_config(n).get("n_enc_layer", -1) < 0]
+
+
+@lru_cache(maxsize=4)
+def _shipped_listing(stamp: int | None) -> tuple[str, ...]:
+    """The checkpoint names in checkpoints/, for the folder as it was at ``stamp`` (its modification time)."""
+    return tuple(sorted(p.stem for p in CHECKPOINTS.glob("*.safetensors") if "." not in p.stem))
 
 
 @lru_cache(maxsize=64)
