@@ -464,3 +464,59 @@ def test_labels_turned_before_finishing_get_the_room_they_take():
     widest = text_px("that␣", 14)
     assert bottom(-90) - bottom(0) == pytest.approx(widest - 14, abs=1)  # its width, not one line's height
     assert bottom(-45) - bottom(0) == pytest.approx((widest - 14) * math.sin(math.pi / 4), abs=1)
+
+
+def test_a_figure_drawn_plain_is_sent_exactly_as_plotlys_own_figure_of_the_same_dicts_would_be():
+    """``figure`` holds its dicts plain (``PlainFigure``), and ``finished`` sends them with the template Plotly adds:
+    the JSON Streamlit sends equals that of ``go.Figure(dict(data=..., layout=...), _validate=False)`` finished the
+    old way, for every kind of figure, both palettes and both default templates (Plotly's, and Streamlit's once it is
+    imported). Asking for an attribute makes it Plotly's figure of the same dicts."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from gptviz.present.figures.base import PlainFigure
+    from gptviz.present.matrices import Matrix, token_hover
+
+    toks = ["<b>a", "b&", "c", "d", "e"]
+    z = np.random.default_rng(1).random((5, 5))
+    mask = np.triu(np.ones((5, 5), bool), 1)
+    m = Matrix(np.where(mask, np.nan, z), toks, toks, "query", "key", "probability", mask, "",
+               token_hover(toks), token_hover(toks))
+    big = Matrix(np.random.default_rng(2).standard_normal((100, 100)), [str(i) for i in range(100)],
+                 [str(i) for i in range(100)], "query", "key", "signed")
+
+    def built():
+        return {
+            "clickable pattern": figures.heatmap(m, "pattern", clickable=True, plot_px=300, highlight_row=2),
+            "signed heatmap": figures.heatmap(Matrix(z - 0.5, toks, toks, "position", "dim", "signed"), "resid",
+                                              show_values=True),
+            "big heatmap": figures.heatmap(big, "big"),
+            "head grid": figures.head_grid(np.full((2, 3), 0.5), np.full((2, 3), "induction", dtype=object), "grid"),
+            "bars": figures.bar_chart(["x", "<y>"], [0.25, 0.75], highlight=1, prob=True),
+            "lines": figures.line_chart({"one": [1.0, 2.0], "two": [2.0, 1.0]}, x=[0, 1], title="two lines"),
+            "tiles": figures.tiled_heatmap([[np.eye(3), np.ones((3, 3))]], ["r"], ["p", "q"], title="t"),
+            "side by side": figures.side_by_side(m, m, "left", "right"),
+            "tokens": figures.token_grid([toks], np.array([[1, 2, 3, 4, 5]]), np.ones((1, 5)), title="ids"),
+        }
+
+    def sent(fig, palette):  # as Streamlit writes it, read back (Plotly's storage orders some keys its own way)
+        return json.loads(pio.to_json(figures.finished(fig, 500, palette).to_dict(), validate=False))
+
+    before = pio.templates.default
+    try:
+        for template in ("plotly", "streamlit"):
+            if template == "streamlit":
+                import streamlit  # noqa: F401 - registers and chooses Streamlit's template
+            pio.templates.default = template
+            for name, fig in built().items():
+                assert isinstance(fig, PlainFigure) and fig.plain() is not None, name
+                data, layout = fig.plain()
+                plotlys = go.Figure(dict(data=data, layout=layout), _validate=False)
+                for palette in ("default", "colour-blind safe"):
+                    assert sent(fig, palette) == sent(plotlys, palette), (template, name, palette)
+                assert fig.plain() is not None  # finishing did not make Plotly's figure
+                assert fig.layout.title.text == plotlys.layout.title.text  # an attribute: now Plotly's own
+                assert fig.plain() is None and fig.to_dict() == plotlys.to_dict(), name
+                assert sent(fig, "default") == sent(plotlys, "default"), name
+    finally:
+        pio.templates.default = before

@@ -103,12 +103,40 @@ def escape_labels(node: Any, plain: bool = False) -> Any:
     return node
 
 
-def figure(data: list, layout: dict) -> go.Figure:
-    """A figure from plain trace and layout dicts, wrapped without validation, every label escaped.
+class PlainFigure(go.Figure):
+    """A Plotly figure held as the plain trace and layout dicts it was built from, until something asks for more.
 
-    Plotly's object model costs ~15 ms per heatmap, which a page of a dozen heatmaps cannot afford on every
-    rerun. Tests check the result."""
-    return go.Figure(dict(data=escape_labels(list(data)), layout=escape_labels(dict(layout))), _validate=False)
+    Wrapping a figure in Plotly's object model, even without validation, copies every trace deeply and makes an
+    object for each: about 1 ms a heatmap, and most figures are only finished and drawn (``finishing.finished``
+    reads ``plain()``). The first attribute asked for that the plain dicts do not answer (``fig.layout``,
+    ``fig.data``, ``update_layout``, ``to_dict``, …) builds the figure exactly as
+    ``go.Figure(dict(data=..., layout=...), _validate=False)`` would, and from then on it is that figure."""
+
+    def __init__(self, data=None, layout=None, *args, **kwargs):
+        if isinstance(data, list) and isinstance(layout, dict) and not args and not kwargs:
+            object.__setattr__(self, "_plain", (data, layout))
+            return
+        super().__init__(data, layout, *args, **kwargs)  # a copy or an unpickled figure: Plotly's own way
+
+    def plain(self) -> tuple[list, dict] | None:
+        """(traces, layout) as built, or None once Plotly's figure is made."""
+        return self.__dict__.get("_plain")
+
+    def __getattr__(self, name: str):
+        plain = self.__dict__.pop("_plain", None)  # once: while Plotly builds it, a missing attribute is missing
+        if plain is None:
+            raise AttributeError(name)
+        go.Figure.__init__(self, dict(data=plain[0], layout=plain[1]), _validate=False)
+        return getattr(self, name)
+
+
+def figure(data: list, layout: dict) -> go.Figure:
+    """A figure from plain trace and layout dicts, every label escaped, held plain (``PlainFigure``) and made into
+    Plotly's object, without validation, only if something asks for it.
+
+    Plotly's object model costs ~15 ms per heatmap with validation and ~1 ms without, which a page of a dozen
+    heatmaps cannot afford on every rerun. Tests check the result."""
+    return PlainFigure(escape_labels(list(data)), escape_labels(dict(layout)))
 
 
 def ticks(labels: Sequence[str]) -> dict:

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import FONT, PALETTES, figure, text_px
+from .base import FONT, PALETTES, PlainFigure, figure, text_px
 
 
 def _axis_labels(lay: dict, key: str, data: list) -> list:
@@ -166,6 +166,14 @@ def finished(fig: go.Figure, plot_width: int = 700, palette: str = "default") ->
     the few dicts it changes, and the rest is read where the figure holds it (Plotly 6 keeps a figure's arrays in
     base64 from the moment it is built, so they are sent as its ``to_dict`` would send them). ``fig`` is left as
     it was."""
+    plain = fig.plain() if isinstance(fig, PlainFigure) else None
+    if plain is not None:  # never made into Plotly's object: its dicts, with the template Plotly would have added
+        spec = _typed_arrays({"data": plain[0], "layout": plain[1]}, drop_none=True)
+        if spec["layout"].get("template") is None:
+            template = default_template()
+            if template is not None:
+                spec["layout"]["template"] = template
+        return FinishedFigure(recolour(finish_spec(spec, plot_width) or spec, palette))
     data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)  # Plotly's own (pinned) storage
     if not (isinstance(data, list) and isinstance(layout, dict)):
         spec = fig.to_plotly_json()
@@ -174,17 +182,36 @@ def finished(fig: go.Figure, plot_width: int = 700, palette: str = "default") ->
     return FinishedFigure(recolour(finish_spec(spec, plot_width) or spec, palette))
 
 
-def _typed_arrays(node):
+_templates: dict[int, tuple] = {}
+
+
+def default_template() -> dict | None:
+    """The layout template Plotly gives a new figure that names none (``plotly.io.templates.default``: Streamlit's
+    own once Streamlit is imported), as the plain dict Plotly stores. Made once per template and shared: read-only."""
+    import plotly.io as pio
+
+    chosen = pio.templates.default
+    if chosen is None:
+        return None
+    template = chosen if not isinstance(chosen, str) else pio.templates[chosen]
+    spec = _templates.get(id(template))
+    if spec is None or spec[0] is not template:
+        spec = _templates[id(template)] = (template, template.to_plotly_json())
+    return spec[1]
+
+
+def _typed_arrays(node, drop_none: bool = False):
     """``node`` with every array value of a dict written as Plotly.js's typed-array spec (base64), as
     ``Figure.to_dict`` writes them (``convert_to_base64``), but into new dicts and lists, never into ``node``; a
-    list of plain values (hover text) is shared, not walked."""
+    list of plain values (hover text) is shared, not walked. ``drop_none``: a property set to None is left out, as
+    Plotly leaves it out of a figure it builds (plain dicts, ``PlainFigure``)."""
     from _plotly_utils.basevalidators import is_homogeneous_array
     from _plotly_utils.utils import is_skipped_key, to_typed_array_spec
 
     def walk(n):
         if isinstance(n, dict):
             return {k: v if is_skipped_key(k) else to_typed_array_spec(v) if is_homogeneous_array(v) else walk(v)
-                    for k, v in n.items()}
+                    for k, v in n.items() if v is not None or not drop_none}
         if isinstance(n, (list, tuple)) and n and isinstance(n[0], (dict, list, tuple)):
             return [walk(v) for v in n]
         return n
@@ -198,7 +225,8 @@ def readable_x_labels(fig: go.Figure, plot_px: float) -> go.Figure:
     per column), and only if even that is too tight, every k-th label. Never at 45°, where neighbours cross. Only
     an axis with its own tick labels (``ticktext``) is changed. A new figure, built without Plotly's validation
     (a validated copy took 15 ms for a 25-token pattern); ``fig`` is left as it was."""
-    data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)  # Plotly's own (pinned) storage
+    plain = fig.plain() if isinstance(fig, PlainFigure) else None
+    data, layout = plain if plain is not None else (getattr(fig, "_data", None), getattr(fig, "_layout", None))
     if not (isinstance(data, list) and isinstance(layout, dict)):
         spec = fig.to_plotly_json()
         data, layout = spec.get("data") or [], spec.get("layout") or {}
@@ -209,6 +237,8 @@ def readable_x_labels(fig: go.Figure, plot_px: float) -> go.Figure:
         n_cols = np.asarray(first["z"]).shape[-1]
     else:
         n_cols = None
+    if plain is not None:
+        return PlainFigure(data, readable_x_layout(layout, plot_px, n_cols))
     return go.Figure(dict(data=data, layout=readable_x_layout(layout, plot_px, n_cols)), _validate=False)
 
 
