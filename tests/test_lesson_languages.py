@@ -234,3 +234,36 @@ def test_every_lesson_opens_in_every_language(lang, lid):
             shown = [c.value for c in at.caption]
             assert raw["summary"] in shown and english not in shown, (lang, lid)
         assert not any("这节课还没有中文译文" in c.value or "aún no está traducida" in c.value for c in at.caption)
+
+
+def test_the_languages_follow_their_folders_without_listing_an_unchanged_one_again(tmp_path, monkeypatch):
+    """The sidebar asks for the languages on every run: the lessons folder is listed again only when its stamp
+    changes (a language's folder made or removed), and a words file added to or removed from a language's folder
+    counts at once."""
+    import os
+
+    from gptviz.present.lessons import wording
+
+    folder = tmp_path / "lessons"
+    (folder / "es").mkdir(parents=True)
+    (folder / "es" / "_words.toml").write_text('language = "Español"\n', "utf-8")
+    (folder / "fr").mkdir()  # a folder without its words file yet
+    listed = []
+    real_iterdir = type(folder).iterdir
+
+    def iterdir(self):
+        listed.append(self)
+        return real_iterdir(self)
+
+    monkeypatch.setattr(type(folder), "iterdir", iterdir)
+    assert L.languages(folder) == {"en": "English", "es": "Español"}
+    assert L.languages(folder) == {"en": "English", "es": "Español"} and len(listed) == 1
+    (folder / "fr" / "_words.toml").write_text('language = "Français"\n', "utf-8")
+    assert L.languages(folder) == {"en": "English", "es": "Español", "fr": "Français"} and len(listed) == 1
+    (folder / "de").mkdir()
+    (folder / "de" / "_words.toml").write_text('language = "Deutsch"\n', "utf-8")
+    os.utime(folder, ns=(0, os.stat(folder).st_mtime_ns + 1_000_000_000))  # a coarse clock still sees the change
+    assert list(L.languages(folder)) == ["en", "de", "es", "fr"] and len(listed) == 2
+    (folder / "es" / "_words.toml").unlink()
+    assert list(L.languages(folder)) == ["en", "de", "fr"]
+    wording._subfolders.pop(folder, None)

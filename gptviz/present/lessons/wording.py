@@ -174,16 +174,34 @@ def _table(folder: Path, code: str) -> dict[str, str]:
     return table
 
 
-def languages(folder: Path | str = LESSONS) -> dict[str, str]:
-    """code -> the language's own name: English first, then each ``lessons/<code>/_words.toml``, by code."""
-    out = {"en": ENGLISH["language"]}
+_subfolders: dict[Path, tuple[tuple, list[str]]] = {}
+
+
+def _language_folders(folder: Path) -> list[str]:
+    """The language codes of ``folder``'s subfolders (at most 50, by code), listed again only when the folder's own
+    stamp changes (a subfolder made, removed or renamed): every page's sidebar asks, on every run."""
+    stamp = _stamp(folder)
+    with _lock:
+        hit = _subfolders.get(folder)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
     try:
-        subs = sorted(p for p in Path(folder).iterdir() if p.is_dir() and LANG_CODE.fullmatch(p.name))
+        codes = sorted(p.name for p in folder.iterdir() if p.is_dir() and LANG_CODE.fullmatch(p.name))[:50]
     except OSError:
-        subs = []
-    for sub in subs[:50]:
-        if (sub / WORDS_FILE).is_file() and sub.name != "en":
-            out[sub.name] = _table(Path(folder), sub.name).get("language", sub.name)
+        codes = []
+    with _lock:
+        _subfolders[folder] = (stamp, codes)
+    return codes
+
+
+def languages(folder: Path | str = LESSONS) -> dict[str, str]:
+    """code -> the language's own name: English first, then each ``lessons/<code>/_words.toml``, by code. A words
+    file added to or removed from a language's folder counts at once (its own stamp is read on every call)."""
+    out = {"en": ENGLISH["language"]}
+    folder = Path(folder)
+    for code in _language_folders(folder):
+        if code != "en" and _stamp(folder / code / WORDS_FILE):
+            out[code] = _table(folder, code).get("language", code)
     return out
 
 
