@@ -517,10 +517,12 @@ def test_an_edit_becomes_a_rest_component_only_above_the_noise_threshold(factor,
         want = frozen_logit(tr, m, final - sum(parts_by_hand(tr, m).values()), y)
         valid = y != -100
         torch.testing.assert_close(c[-1][valid].double(), want[valid], rtol=1e-4, atol=1e-9)
-        # which is the edit (up to float noise): biggest at row 1, position 2
+        # which is the edit (up to float noise): biggest at row 1, position 2. The edit is 1.4e-4 of a stream whose
+        # largest value is about 17, so float32's rounding of the parts subtracted from it is a tenth of its logit:
+        # a machine with AVX-512 read -1.96e-6 for -2.18e-6 (10.2 % off), where earlier machines were within 10 %.
         vec = torch.zeros(3, 6, LN.n_embd, dtype=torch.float64)
         vec[1, 2, 3] = size
-        assert float(want[1, 2]) == pytest.approx(float(frozen_logit(tr, m, vec, y)[1, 2]), rel=0.1)
+        assert float(want[1, 2]) == pytest.approx(float(frozen_logit(tr, m, vec, y)[1, 2]), rel=0.25)
         assert int(want.abs().argmax()) == 1 * 6 + 2
 
 
