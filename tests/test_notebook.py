@@ -42,8 +42,8 @@ def test_the_exported_notebook_draws_the_pages_figure(query):
     opening, heads_off = query.pop("opening", False), query.pop("heads_off", False)
     at = page("attention", opening=opening, **query)
     if heads_off:  # as a user would: the Attention page's switch for the head in view (its weights become 0)
-        toggles = [w for w in at.toggle if str(w.key).startswith("gptviz.headoff.") and w.key.endswith(".1.0")]
-        at = toggles[0].set_value(True).run()
+        pills = [w for w in at.button_group if str(w.key).startswith("gptviz.headoff.") and w.key.endswith(".1")]
+        at = pills[0].set_value([0]).run()
         assert np.nansum(z_of(chart(at, "L1 attention weights"))) == 0
     s = dict(at.session_state["gptviz.settings"])
     s.pop("model_key", None)  # a model registered in that session: this resolve loads it again from its preset

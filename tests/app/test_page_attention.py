@@ -55,7 +55,7 @@ def test_layer_and_head_selectors_change_the_view():
 def test_switching_a_head_off_zeroes_it_and_recomputes():
     at = _step(page("attention"), "10 · The output projection")
     out_before = array(chart(at, "L0 attention output")["data"][0]["z"])
-    at.toggle(key="gptviz.headoff.att.0.0").set_value(True).run()
+    at.button_group(key="gptviz.headoff.att.0").set_value([0]).run()
     ok(at)
     z = array(chart(at, "L0 attention weights")["data"][0]["z"])
     assert np.nansum(np.abs(z)) == 0

@@ -269,8 +269,6 @@ def steps(ctx, *, key: str = "steps", step: int | None = None, every: bool | Non
 
 @section("attention.heads_off")
 def heads_off(ctx, *, key: str = "att") -> None:
-    st.markdown("A head that is off gets all-zero attention weights, so it adds nothing; every step after it is "
-                "recomputed.")
     heads_off_toggle(ctx, ctx.layer, key=key)
     clear_edits_button(ctx, key=key)
 
