@@ -131,3 +131,26 @@ def test_a_name_the_model_cannot_have_is_refused_naming_it(cfg, name):
     with pytest.raises(ValueError) as e:
         step_meta(name, cfg)
     assert str(e.value) == f"{name!r} is not a step gptviz knows"
+
+
+def test_the_facts_kept_per_config_are_the_hand_written_ones_and_each_config_keeps_its_own():
+    """``step_metas`` (what a trace asks for, ~100 names a run) keeps the facts per config: every name gives the
+    hand-written facts on a first and a later call, in the order asked, two configs sharing names keep their own,
+    and a name a model cannot have is still refused."""
+    from gptviz.run.step_meta import step_metas
+
+    by_cfg: dict = {}
+    for cfg, name, facts in EXPECTED:
+        by_cfg.setdefault(cfg, []).append((name, facts))
+    for _ in range(2):
+        for cfg, pairs in by_cfg.items():
+            got = step_metas([n for n, _ in pairs], cfg)
+            assert list(got) == [n for n, _ in pairs]
+            assert all(got[n] == StepMeta(n, *facts) for n, facts in pairs), cfg
+    shared = "blocks.0.attn.hook_k"  # GQA's facts (a group of 3) are not PLAIN's (1), asked for in either order
+    assert step_metas([shared], PLAIN)[shared].head_group == 1
+    assert step_metas([shared], GQA)[shared].head_group == 3
+    assert step_metas([shared], PLAIN)[shared].head_group == 1
+    with pytest.raises(ValueError) as e:
+        step_metas(["hook_embed", "blocks.0.attn.hook_nope"], PLAIN)
+    assert str(e.value) == "'blocks.0.attn.hook_nope' is not a step gptviz knows"

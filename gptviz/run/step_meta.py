@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from functools import lru_cache
+from typing import Iterable, Optional
 
 from ..config import ModelConfig
 
@@ -148,3 +149,22 @@ def step_meta(name: str, cfg: ModelConfig) -> StepMeta:
         if rest == "attn.hook_qkv":
             split = (cfg.d_attn, cfg.d_kv, cfg.d_kv)
     return StepMeta(name, stage, layer, axes, kind, stack, group, split)
+
+
+@lru_cache(maxsize=32)
+def _known(cfg: ModelConfig) -> dict[str, StepMeta]:
+    """This config's step facts found so far (filled by ``step_metas``): a config is hashable and frozen."""
+    return {}
+
+
+def step_metas(names: Iterable[str], cfg: ModelConfig) -> dict[str, StepMeta]:
+    """``step_meta`` of each name, kept per config: a trace asks for its ~100 steps' facts on every run, and they
+    depend on the name and the config only (a name the model cannot have still raises ValueError)."""
+    known = _known(cfg)
+    out = {}
+    for name in names:
+        meta = known.get(name)
+        if meta is None:
+            meta = known[name] = step_meta(name, cfg)
+        out[name] = meta
+    return out

@@ -20,7 +20,7 @@ from ..model.hook_names import parse_act_name
 from . import on_demand
 from .loss import loss_breakdown
 from .on_demand import OnDemand
-from .step_meta import StepMeta, step_meta
+from .step_meta import StepMeta, step_metas
 from .weight_norms import LinearTaps, embedding_matrices
 
 _SIZE_VERSIONS = itertools.count(1)  # Trace.size_version: every value new, whichever thread draws it
@@ -400,7 +400,7 @@ def trace(
             param_grads, param_norms = None, {n: norms[n] for n in order}
         acts = {n: (t if isinstance(t, OnDemand) else t.detach()) for n, t in acts.items()}
         breakdown = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in breakdown.items()}
-    infos = {n: step_meta(n, cfg) for n in acts}
+    infos = step_metas(acts, cfg)
     out = Trace(acts, infos, cfg, idx, targets, attention_mask, grad_map, param_grads, breakdown, source)
     if grads and weight_grads == "norms":
         out._param_grad_norms = param_norms
