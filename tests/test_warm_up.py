@@ -122,9 +122,9 @@ def test_a_failed_warm_up_is_a_warning_and_nothing_else(monkeypatch, caplog):
 
 
 def test_a_session_makes_its_pages_once_and_still_opens_the_page_asked_for(monkeypatch):
-    """app.py's navigation makes the 20 ``st.Page`` objects on a session's first run and keeps them in that session:
-    later runs make none (each made one resolves its path on disk) and still run the page asked for; another
-    session makes its own objects, never the first one's."""
+    """app.py's navigation makes the 20 ``st.Page`` objects once per process and gives each session its own copies on
+    its first run: later runs make and copy none (each made one resolves its path on disk) and still run the page
+    asked for; another session makes none and gets objects of its own, never the first one's, which open its pages."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -138,6 +138,7 @@ def test_a_session_makes_its_pages_once_and_still_opens_the_page_asked_for(monke
         return real_page(*args, **kwargs)
 
     monkeypatch.setattr(st, "Page", page)
+    monkeypatch.setattr(nav, "_prototypes", None)  # as in a process that has not made them yet
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     assert not at.exception
     assert len(made) == len(nav.available()) == len(nav.PAGES)
@@ -149,6 +150,11 @@ def test_a_session_makes_its_pages_once_and_still_opens_the_page_asked_for(monke
     assert not at.exception and len(made) == len(nav.PAGES)  # no page made again
     assert at.session_state[nav.NAV_PAGES] is first
     other = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    assert len(made) == 2 * len(nav.PAGES)
-    ours = {id(p) for ps in first.values() for p in ps}
-    assert not ours & {id(p) for ps in other.session_state[nav.NAV_PAGES].values() for p in ps}
+    assert len(made) == len(nav.PAGES)  # the second session made none either
+    theirs = other.session_state[nav.NAV_PAGES]
+    assert not {id(p) for ps in first.values() for p in ps} & {id(p) for ps in theirs.values() for p in ps}
+    assert not {id(p) for _, p in nav._prototypes} & {id(p) for ps in theirs.values() for p in ps}
+    assert [[(p.title, p.url_path) for p in ps] for ps in theirs.values()] == \
+        [[(p.title, p.url_path) for p in ps] for ps in first.values()]
+    other.switch_page("app_pages/attention.py").run()
+    assert not other.exception and any(t.value.startswith("Attention · layer") for t in other.title)
