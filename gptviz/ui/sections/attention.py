@@ -379,12 +379,12 @@ def head_detector_grid(ctx, *, key: str = "det", cells_px: int = 300) -> None:
             _open_head(ctx.s, *clicked)
             st.rerun()
     st.caption("Each cell: the head's best-scoring kind and its score (0 to 1). Click a cell to open that head.")
-    c1, c2 = st.columns([3, 2])
     pick = f"{key}.pick"
     st.session_state[pick] = ctx.layer * H + (ctx.head or 0)  # follows the sidebar and clicks
-    c1.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),
+    # one under the other, not in two columns: each block is a message to the browser on every rerun
+    st.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),
                  format_func=lambda i: f"L{i // H} H{i % H}: {best_kind[i // H, i % H]} ({best[i // H, i % H]:.2f})")
-    with c2.expander("How each kind is scored"):
+    with st.expander("How each kind is scored"):
         st.markdown(kinds_legend(probe_rows(ctx.cfg)))
 
 
