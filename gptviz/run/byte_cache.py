@@ -15,6 +15,9 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 
+_NO_ARRAYS = frozenset({str, int, float, bool, type(None), bytes})
+
+
 def nbytes(value: Any) -> int:
     """The bytes of the arrays and tensors ``value`` holds: a numpy array, a torch tensor or module, a mapping
     or sequence of them, or an object with a ``__dict__`` of them (a Trace). Anything else counts 0."""
@@ -23,6 +26,8 @@ def nbytes(value: Any) -> int:
     seen: set[int] = set()
 
     def walk(v: Any) -> int:
+        if type(v) in _NO_ARRAYS:  # most of a trace's objects: its steps' names, axes and facts
+            return 0
         if id(v) in seen:
             return 0
         seen.add(id(v))
