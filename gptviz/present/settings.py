@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ..config import PRESETS, ModelConfig
@@ -109,7 +110,10 @@ def config_from_settings(s: dict[str, Any], vocab_size: int) -> ModelConfig:
     return ModelConfig(**data)
 
 
+@lru_cache(maxsize=256)
 def config_json(cfg: ModelConfig) -> str:
+    """The config as sorted JSON, the key of every cache that depends on it; kept per config (a config is frozen and
+    hashable), since every run of every page asks for it."""
     return json.dumps(cfg.to_dict(), sort_keys=True)
 
 

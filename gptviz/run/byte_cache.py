@@ -14,7 +14,6 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-
 _NO_ARRAYS = frozenset({str, int, float, bool, type(None), bytes})
 
 
