@@ -119,8 +119,10 @@ def test_a_student_whose_run_raises_is_reported_and_the_others_runs_finish_witho
 
 
 def test_run_class_reports_the_one_student_whose_runs_raise(tiny_url):
+    # every change a text edit: with view switches (a third of the changes) among them, student 0 typed "boom" at
+    # its 1st to 5th change, and sometimes at none: the test failed in a fresh clone's run and 1 of 3 runs alone
     r = run_class(tiny_url, students=3, seconds=6, every=1, expected_model=None, text_label="Text",
-                  layer_label="Pick", head_label="(no such widget)",
+                  layer_label="Pick", head_label="(no such widget)", text_only=True,
                   text_for=lambda student, n: "boom" if student == 0 else f"student {student} text {n}")
     assert r["students_with_a_view"] == 3
     assert r["changes_sent"] == r["changes_finished"] > 3
