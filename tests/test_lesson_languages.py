@@ -267,3 +267,31 @@ def test_the_languages_follow_their_folders_without_listing_an_unchanged_one_aga
     (folder / "es" / "_words.toml").unlink()
     assert list(L.languages(folder)) == ["en", "de", "fr"]
     wording._subfolders.pop(folder, None)
+
+
+def test_what_counts_as_a_language_folder(tmp_path):
+    """Only a folder named by a language code with a words file is a language (a file named like a code, or a folder
+    named otherwise, is not); "en" is always English's own words; a words file without a language name is called by its
+    code; at most 50 languages are read; a lessons folder that is missing gives English alone."""
+    from gptviz.present.lessons import wording
+
+    folder = tmp_path / "lessons"
+    folder.mkdir()
+    (folder / "fr").write_text("a file, not a folder", "utf-8")
+    (folder / "not_a_code").mkdir()
+    (folder / "not_a_code" / "_words.toml").write_text('language = "Nope"\n', "utf-8")
+    (folder / "en").mkdir()
+    (folder / "en" / "_words.toml").write_text('language = "Anglais"\n', "utf-8")
+    (folder / "de").mkdir()
+    (folder / "de" / "_words.toml").write_text('title = "Titel"\n', "utf-8")  # no language name
+    assert L.languages(folder) == {"en": "English", "de": "de"}
+    many = tmp_path / "many"
+    for a in "abc":
+        for b in "abcdefghijklmnopqrstuvwxyz":
+            (many / f"{a}{b}").mkdir(parents=True)
+            (many / f"{a}{b}" / "_words.toml").write_text(f'language = "L{a}{b}"\n', "utf-8")
+    got = L.languages(many)
+    assert len(got) == 51 and list(got)[-1] == "bx"  # English and the first 50 by code: aa … az, ba … bx
+    assert L.languages(tmp_path / "missing") == {"en": "English"}
+    for f in (folder, many, tmp_path / "missing"):
+        wording._subfolders.pop(f, None)

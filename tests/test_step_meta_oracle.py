@@ -142,11 +142,13 @@ def test_the_facts_kept_per_config_are_the_hand_written_ones_and_each_config_kee
     by_cfg: dict = {}
     for cfg, name, facts in EXPECTED:
         by_cfg.setdefault(cfg, []).append((name, facts))
-    for _ in range(2):
+    first = {}
+    for _ in range(2):  # a first call and a kept one: the same objects, not made again
         for cfg, pairs in by_cfg.items():
             got = step_metas([n for n, _ in pairs], cfg)
             assert list(got) == [n for n, _ in pairs]
             assert all(got[n] == StepMeta(n, *facts) for n, facts in pairs), cfg
+            assert all(got[n] is first.setdefault((cfg, n), got[n]) for n, _ in pairs), cfg
     shared = "blocks.0.attn.hook_k"  # GQA's facts (a group of 3) are not PLAIN's (1), asked for in either order
     assert step_metas([shared], PLAIN)[shared].head_group == 1
     assert step_metas([shared], GQA)[shared].head_group == 3
