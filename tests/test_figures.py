@@ -603,10 +603,14 @@ def test_readable_x_labels_counts_the_figures_own_columns():
     """The columns are the first trace's: its x when it has one, else its z's last axis (35 under 10 ticks: 10 px
     each at 350 px, so 12.4-px labels turn upright, every 2nd), and the ticks when it has neither. A single label has
     the whole width (100 px for a 62-px label: level). A level axis keeps the rest of the layout."""
+    import plotly.graph_objects as go
+
     ticks = dict(tickvals=list(range(0, 35, 4))[:10], ticktext=["ab"] * 9, tickfont=dict(size=10))
     for first in (dict(type="heatmap", z=np.zeros((2, 35))), dict(type="scatter", x=list(range(35)), y=[0] * 35)):
         thin = figures.readable_x_labels(figures.figure([first], dict(xaxis=ticks)), 350).plain()[1]["xaxis"]
         assert thin["tickangle"] == -90 and thin["ticktext"] == ["ab"] * 5, first["type"]
+        built = figures.readable_x_labels(go.Figure(dict(data=[first], layout=dict(xaxis=ticks))), 350)  # Plotly's
+        assert built.layout.xaxis.tickangle == -90 and list(built.layout.xaxis.ticktext) == ["ab"] * 5
     level = figures.readable_x_labels(figures.figure([dict(type="bar", y=[1] * 3)], dict(xaxis=ticks)), 350)
     assert level.plain()[1]["xaxis"]["tickangle"] == 0  # no x or z: the 9 ticks, 38.9 px each
     one = dict(font=dict(size=20), xaxis=dict(tickvals=[0], ticktext=["abcdefghij"], tickfont=dict(size=10)))
