@@ -166,20 +166,26 @@ def finished(fig: go.Figure, plot_width: int = 700, palette: str = "default") ->
     the few dicts it changes, and the rest is read where the figure holds it (Plotly 6 keeps a figure's arrays in
     base64 from the moment it is built, so they are sent as its ``to_dict`` would send them). ``fig`` is left as
     it was."""
-    plain = fig.plain() if isinstance(fig, PlainFigure) else None
-    if plain is not None:  # never made into Plotly's object: its dicts, with the template Plotly would have added
-        spec = _typed_arrays({"data": plain[0], "layout": plain[1]}, drop_none=True)
-        if spec["layout"].get("template") is None:
-            template = default_template()
-            if template is not None:
-                spec["layout"]["template"] = template
-        return FinishedFigure(recolour(finish_spec(spec, plot_width) or spec, palette))
-    data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)  # Plotly's own (pinned) storage
-    if not (isinstance(data, list) and isinstance(layout, dict)):
-        spec = fig.to_plotly_json()
-    else:
-        spec = _typed_arrays({"data": data, "layout": layout})
+    data, layout, plain = _stored(fig)
+    spec = _typed_arrays({"data": data, "layout": layout}, drop_none=plain)
+    if plain and spec["layout"].get("template") is None:  # never made into Plotly's object: add Plotly's template
+        template = default_template()
+        if template is not None:
+            spec["layout"]["template"] = template
     return FinishedFigure(recolour(finish_spec(spec, plot_width) or spec, palette))
+
+
+def _stored(fig: go.Figure) -> tuple[list, dict, bool]:
+    """(traces, layout, plain) where ``fig`` keeps them, never copied: a ``PlainFigure``'s own dicts (plain: True),
+    else Plotly's own (pinned) storage, else, for a figure that has neither, its plain JSON."""
+    plain = fig.plain() if isinstance(fig, PlainFigure) else None
+    if plain is not None:
+        return plain[0], plain[1], True
+    data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)
+    if isinstance(data, list) and isinstance(layout, dict):
+        return data, layout, False
+    spec = fig.to_plotly_json()
+    return spec.get("data") or [], spec.get("layout") or {}, False
 
 
 _templates: dict[int, tuple] = {}
@@ -225,11 +231,7 @@ def readable_x_labels(fig: go.Figure, plot_px: float) -> go.Figure:
     per column), and only if even that is too tight, every k-th label. Never at 45°, where neighbours cross. Only
     an axis with its own tick labels (``ticktext``) is changed. A new figure, built without Plotly's validation
     (a validated copy took 15 ms for a 25-token pattern); ``fig`` is left as it was."""
-    plain = fig.plain() if isinstance(fig, PlainFigure) else None
-    data, layout = plain if plain is not None else (getattr(fig, "_data", None), getattr(fig, "_layout", None))
-    if not (isinstance(data, list) and isinstance(layout, dict)):
-        spec = fig.to_plotly_json()
-        data, layout = spec.get("data") or [], spec.get("layout") or {}
+    data, layout, plain = _stored(fig)
     first = data[0] if data else {}
     if first.get("x") is not None:
         n_cols = len(first["x"])
@@ -237,7 +239,7 @@ def readable_x_labels(fig: go.Figure, plot_px: float) -> go.Figure:
         n_cols = np.asarray(first["z"]).shape[-1]
     else:
         n_cols = None
-    if plain is not None:
+    if plain:
         return PlainFigure(data, readable_x_layout(layout, plot_px, n_cols))
     return go.Figure(dict(data=data, layout=readable_x_layout(layout, plot_px, n_cols)), _validate=False)
 
