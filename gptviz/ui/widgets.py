@@ -132,7 +132,7 @@ def heads_off_toggle(ctx: Ctx, layer: int, key: str = "") -> None:
     toggle a head was a dozen for GPT-2 small (each element is a message to the browser on every rerun)."""
     spec = ctx.s.setdefault("edits", edit_specs.empty())
     k = f"gptviz.headoff.{key}.{layer}"  # the key keeps two of these on one page apart
-    st.session_state[k] = sorted(h for l, h in spec.get("heads_off", []) if l == layer)
+    st.session_state[k] = [h for h in edit_specs.heads_off_in(spec, layer) if 0 <= h < ctx.cfg.n_head]
     st.pills(f"Heads of layer {layer} switched off (all-zero attention weights: a head that is off adds nothing, "
              "and every step after it is recomputed)", list(range(ctx.cfg.n_head)), selection_mode="multi", key=k,
              format_func=lambda h: f"H{h}", on_change=_set_heads, args=(ctx.s, layer, k))

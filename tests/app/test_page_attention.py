@@ -187,3 +187,14 @@ def test_the_patterns_key_labels_stand_upright_and_apart_in_its_column():
     # the key axis's categories are named "position: 'token'"
     assert ax["tickangle"] == -90 and [int(v.split(":")[0]) for v in ax["tickvals"]] == list(range(0, T, step))
     assert len(ax["ticktext"]) == 9
+
+
+def test_a_head_off_that_the_model_no_longer_has_is_not_a_choice_and_the_page_still_opens():
+    """Edits kept from a model with more heads (head 7 of layer 0, on a 2-head model) leave the pills with the heads
+    this model has: the real one stays selected, the page opens without an error."""
+    at = page("attention")
+    at.session_state["gptviz.settings"]["edits"] = {"set": [], "heads_off": [[0, 1], [0, 7]]}
+    at.run()
+    ok(at)
+    pills = at.button_group(key="gptviz.headoff.att.0")
+    assert pills.value == [1] and "H7" not in pills.options and "H1" in pills.options
