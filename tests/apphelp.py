@@ -82,7 +82,7 @@ def metric(at: AppTest, label: str) -> float:
 def set_sidebar(at: AppTest, field: str, value) -> AppTest:
     """Change one shared setting through its sidebar widget, like a user would."""
     key = "w." + field
-    for getter in (at.number_input, at.selectbox, at.checkbox, at.text_area, at.slider, at.toggle):
+    for getter in (at.number_input, at.selectbox, at.checkbox, at.text_area, at.slider, at.toggle, at.radio):
         try:
             w = getter(key=key)
         except KeyError:
@@ -96,6 +96,11 @@ def set_sidebar(at: AppTest, field: str, value) -> AppTest:
         if not at.toggle(key="w.edit_shape").value:  # the shape's widgets are drawn once this is on
             at.toggle(key="w.edit_shape").set_value(True).run()
             return set_sidebar(at, field, value)
+    from gptviz.ui.page import VIEW_FOLD
+
+    if not (VIEW_FOLD in at.session_state and at.session_state[VIEW_FOLD]):  # the view's widgets: made while open
+        at.session_state[VIEW_FOLD] = True
+        return set_sidebar(at.run(), field, value)
     raise KeyError(field)
 
 

@@ -269,10 +269,9 @@ def _cap(msg: str) -> str:
 def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], edits_key: str, grads: bool,
                    src: Optional[tuple] = None, src_mask: Optional[tuple] = None,
                    grad_layer: Optional[int] = None) -> Trace:
-    """The trace a store serves for these (hashable) arguments: numpy arrays, read-only, and with gradients only
-    the weight gradients' norms. ``edits_key`` is ``edits.spec_key(spec)``; ``src``/``src_mask`` an
-    encoder-decoder model's source token ids and padding mask; ``grad_layer`` (with ``grads``): keep the steps of
-    that layer only, and those outside every block (``Ctx.grad_layer``)."""
+    """The trace a store serves for these (hashable) arguments: numpy arrays, read-only, with gradients only the
+    weight gradients' norms. ``edits_key``: ``edits.spec_key(spec)``; ``src``/``src_mask``: an encoder-decoder model's
+    source ids and padding mask; ``grad_layer`` (with ``grads``): that layer's steps only, and those outside blocks."""
     import torch
 
     from ..run.trace import trace
@@ -285,13 +284,15 @@ def trace_for_view(model, x: tuple, y: Optional[tuple], mask: Optional[tuple], e
         source["enc_input"] = torch.tensor(src, dtype=torch.long)
         if src_mask is not None and not all(all(r) for r in src_mask):
             source["enc_mask"] = torch.tensor(src_mask, dtype=torch.long)
-    tr = trace(model, torch.tensor(x, dtype=torch.long),
-               targets=None if y is None else torch.tensor(y, dtype=torch.long),
-               attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
-               edits=edits, grads=grads, weight_grads="norms" if grads else "tensors",
-               slim=slim_view(cfg, len(x), len(x[0]) if x else 0),
-               layers=None if grad_layer is None or not grads else [grad_layer], **source)
-    return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
+    # inference mode without gradients: 8 % of a small trace (no version counters); every tensor becomes numpy here
+    with torch.inference_mode(not grads):
+        tr = trace(model, torch.tensor(x, dtype=torch.long),
+                   targets=None if y is None else torch.tensor(y, dtype=torch.long),
+                   attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
+                   edits=edits, grads=grads, weight_grads="norms" if grads else "tensors",
+                   slim=slim_view(cfg, len(x), len(x[0]) if x else 0),
+                   layers=None if grad_layer is None or not grads else [grad_layer], **source)
+        return (tr.numpy().without_param_grads() if grads else tr.numpy()).freeze()
 
 
 def encode_source(tok, cfg: ModelConfig, text: Optional[str], rows: int) -> tuple[Optional[Batch], list[str]]:

@@ -184,18 +184,26 @@ def shape_line(s: dict) -> str:
     return "Configurable model: " + " · ".join(parts)  # every value was checked against its options on reading
 
 
+# The view's settings are folded away, and their widgets are made only while the fold is open: each element is a
+# message to the browser on every run (about 0.1 ms of a server's CPU each), and these four are set once a lesson,
+# not on every change. Their values live in the shared settings, so a closed fold changes nothing.
+VIEW_FOLD = "gptviz.view.fold"
+VIEW_FOLD_LABEL = "View: numbers in cells, colours, language, downloads"
+
+
 def _view_settings(s: dict) -> None:
-    sb = st.sidebar
-    sb.markdown("### View")
-    _w("checkbox", "show_values", "Numbers in cells (small tensors)", s)
-    _w("radio", "palette", "Colours", s, options=list(url_params.widget("palette")["options"]), horizontal=True,
+    fold = st.sidebar.expander(VIEW_FOLD_LABEL, icon=":material/tune:", key=VIEW_FOLD, on_change="rerun")
+    if not fold.open:
+        return
+    _w("checkbox", "show_values", "Numbers in cells (small tensors)", s, fold)
+    _w("radio", "palette", "Colours", s, fold, options=list(url_params.widget("palette")["options"]), horizontal=True,
        help="Every chart's colours, here and in the HTML report. Colour-blind safe: purple–white–orange for signed "
             "values and yellow–green–blue for probabilities, which read the same with red–green colour blindness.")
     langs = lesson_languages()
-    _w("selectbox", "lang", "Lesson language", s, options=list(url_params.widget("lang")["options"]),
+    _w("selectbox", "lang", "Lesson language", s, fold, options=list(url_params.widget("lang")["options"]),
        format_func=lambda c: langs.get(c, c), help="The lessons' language (?lang=es in the address). A lesson with no "
        "translation yet is shown in English.")
-    _w("radio", "export_format", "Chart download (camera button)", s, options=list(EXPORT_FORMATS),
+    _w("radio", "export_format", "Chart download (camera button)", s, fold, options=list(EXPORT_FORMATS),
        format_func=EXPORT_FORMATS.get, horizontal=True,
        help="What every chart's camera button saves. The HTML report (Home) has both on every chart.")
 

@@ -12,6 +12,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Optional
 
 import streamlit as st
@@ -352,10 +353,18 @@ def _traced_big(*args) -> Trace:
         return _TRACES.get_or_compute(args, lambda: _compute_trace(*args))
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=32, show_spinner=False)
 def probe_scores(cfg_json: str, model_key: Optional[str], n: Optional[int] = None, batch: Optional[int] = None,
-                 seed: int = 0) -> dict:
-    """The head detector's repeated-random probe (one forward pass of ``batch`` rows), cached per model."""
+                 seed: int = 0) -> MappingProxyType:
+    """The head detector's repeated-random probe (one forward pass of ``batch`` rows), cached per model.
+
+    One object shared by every session, so it is read-only: a mapping that can't be assigned to, whose score arrays
+    can't be written. (It was ``st.cache_data``, which unpickles a copy on every call: 0.3 ms of every run of
+    Attention.)"""
     from ..interp.head_detector import PROBE_N, PROBE_ROWS, probe
 
-    return probe(get_model(cfg_json, model_key), n=n or PROBE_N, batch=batch or PROBE_ROWS, seed=seed)
+    out = probe(get_model(cfg_json, model_key), n=n or PROBE_N, batch=batch or PROBE_ROWS, seed=seed)
+    for a in out["scores"].values():
+        a.setflags(write=False)
+    out["scores"] = MappingProxyType(out["scores"])
+    return MappingProxyType(out)

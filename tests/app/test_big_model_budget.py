@@ -46,6 +46,8 @@ def test_the_attention_pages_probe_runs_the_rows_the_budget_allows(monkeypatch):
     monkeypatch.setattr(resources, "probe_scores", lambda *a, **kw: asked.append(kw.get("batch")) or real(*a, **kw))
     at = ok(page("attention", preset="gpt2-small", tokenizer="gpt2", text=TEXT))
     assert asked and set(asked) == {2}
+    at.session_state["det.legend"] = True  # the legend is written only while its fold is open
+    at = ok(at.run())
     said = " ".join(m.value for m in at.markdown)
     assert "a run of 32 random tokens repeated twice (2 rows)" in said
     assert "(8 rows)" not in said

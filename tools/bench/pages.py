@@ -97,6 +97,13 @@ def _traces_text(Ts: list[int], params: list[int | None]) -> str:
 
 
 def _view_change(at, i: int) -> None:
+    """A view setting changed (numbers in cells on or off): the sidebar's view fold is opened first, untimed, as a user
+    opens it (its widgets exist only while it is open)."""
+    from gptviz.ui.page import VIEW_FOLD
+
+    if not any(c.key == "w.show_values" for c in at.checkbox):
+        at.session_state[VIEW_FOLD] = True
+        at.run()
     at.checkbox(key="w.show_values").set_value(i % 2 == 0)
 
 

@@ -384,8 +384,9 @@ def head_detector_grid(ctx, *, key: str = "det", cells_px: int = 300) -> None:
     # one under the other, not in two columns: each block is a message to the browser on every rerun
     st.selectbox("Open a head", list(range(L * H)), key=pick, on_change=_picked, args=(ctx.s, pick, H),
                  format_func=lambda i: f"L{i // H} H{i % H}: {best_kind[i // H, i % H]} ({best[i // H, i % H]:.2f})")
-    with st.expander("How each kind is scored"):
-        st.markdown(kinds_legend(probe_rows(ctx.cfg)))
+    legend = st.expander("How each kind is scored", key=f"{key}.legend", on_change="rerun")
+    if legend.open:  # written only while open: one message fewer on every run
+        legend.markdown(kinds_legend(probe_rows(ctx.cfg)))
 
 
 # One element, not one per kind: every element is a message to the browser on every rerun.
