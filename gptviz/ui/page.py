@@ -113,25 +113,28 @@ def _on_preset(s: dict) -> None:
 
 def sidebar(s: dict) -> None:
     sb = st.sidebar
+    loaded = resources.registered(s.get("model_key"))
     sb.markdown("### Input")
     _w("text_area", "text", "Text (each line is one row of the batch)", s, height=110,
        max_chars=url_params.MAX_TEXT_CHARS,
        help="Type anything. Several lines make a batch; shorter lines are padded.")
-    tok_key = state.WIDGET + "tokenizer"
-    if st.session_state.get(tok_key) != s["tokenizer"]:
-        st.session_state[tok_key] = s["tokenizer"]
-    sb.selectbox("Tokenizer", url_params.widget("tokenizer")["options"], key=tok_key, format_func=TOKENIZER_LABELS.get,
-                 on_change=_sync, args=("tokenizer", s))
-    if s["tokenizer"] == "char-bpe":
-        _w("slider", "merges", "BPE merges", s, **url_params.widget("merges"), step=1,
-           help="How many merges the character BPE learns from the built-in text.")
-        _w("checkbox", "lowercase", "Lower-case the text", s)
+    if loaded is None:  # a loaded model reads with its own tokenizer: these set the configurable model's
+        tok_key = state.WIDGET + "tokenizer"
+        if st.session_state.get(tok_key) != s["tokenizer"]:
+            st.session_state[tok_key] = s["tokenizer"]
+        sb.selectbox("Tokenizer", url_params.widget("tokenizer")["options"], key=tok_key,
+                     format_func=TOKENIZER_LABELS.get, on_change=_sync, args=("tokenizer", s))
+        if s["tokenizer"] == "char-bpe":
+            _w("slider", "merges", "BPE merges", s, **url_params.widget("merges"), step=1,
+               help="How many merges the character BPE learns from the built-in text.")
+            _w("checkbox", "lowercase", "Lower-case the text", s)
 
     sb.markdown("### Model")
-    loaded = resources.registered(s.get("model_key"))
     if loaded is not None:
-        sb.info(f"Showing **{loaded.label}**. Its shape and tokenizer are its own; the settings below apply to "
-                "the configurable model.")
+        # Its shape and tokenizer are its own, so the configurable model's widgets are not made while it is shown:
+        # they would change nothing on screen (and each is a message to the browser on every run).
+        sb.info(f"Showing **{loaded.label}**, with its own shape and tokenizer. *Back to the configurable model* "
+                "brings back the tokenizer's and the shape's settings.")
         sb.button("Back to the configurable model", on_click=_unload, args=(s,), width="stretch")
     pkey = state.WIDGET + "preset"
     options = preset_options()
@@ -140,6 +143,8 @@ def sidebar(s: dict) -> None:
     sb.selectbox("Model", options, key=pkey, on_change=_on_preset, args=(s,), format_func=preset_label,
                  help="Trained models first (they learned something), then shapes with fresh random weights.\n\n"
                       + "\n".join(f"- **{preset_label(k)}**: {v}" for k, v in PRESET_DESCRIPTIONS.items()))
+    if loaded is not None:
+        return _view_settings(s)
     _w("toggle", "edit_shape", "Edit the shape and architecture", s,
        help="Layers, heads, widths, norm, positions, activation, biases, init and seed of the configurable model. "
             "Off, the sidebar shows them in one line (and draws faster).")

@@ -56,8 +56,10 @@ def test_reset_to_defaults():
     at = [b for b in at.button if b.label == "Reset to defaults"][0].click().run()
     ok(at)
     assert at.session_state["gptviz.settings"]["n_layer"] == 2
-    assert any(c.value.startswith("Configurable model: 2 layers") for c in at.sidebar.caption)  # what the user reads
+    assert any("Showing **shipped checkpoint: shakespeare**" in i.value for i in at.sidebar.info)  # the opening model
     assert not math.isnan(metric(at, "Loss on your text"))
+    at = ok([b for b in at.button if b.label == "Back to the configurable model"][0].click().run())
+    assert any(c.value.startswith("Configurable model: 2 layers") for c in at.sidebar.caption)  # what the user reads
 
 
 def test_a_task_model_is_scored_on_the_positions_its_task_scores():

@@ -1,8 +1,12 @@
-"""The sidebar's view settings (numbers in cells, colours, lesson language, chart download) sit in a fold whose
-widgets are made only while it is open: each element is a message to the browser on every run (issue 37). Closed,
-the settings keep their values and every chart still follows them."""
+"""Widgets made only where they do something: each element is a message to the browser on every run (issue 37).
+
+The sidebar's view settings (numbers in cells, colours, lesson language, chart download) sit in a fold whose widgets
+are made only while it is open; closed, the settings keep their values and every chart still follows them. While a
+loaded model is shown, the configurable model's tokenizer and shape widgets are not made: they would change nothing
+on screen."""
 import numpy as np
 
+from gptviz.present.settings import CKPT_PREFIX
 from gptviz.ui.page import VIEW_FOLD
 from tests.apphelp import array, charts, ok, page, set_sidebar
 
@@ -59,3 +63,25 @@ def test_the_head_kinds_legend_is_written_only_while_its_fold_is_open():
     at.session_state["det.legend"] = True
     at = ok(at.run())
     assert sum(legend in m.value for m in at.markdown) == 1
+
+
+CONFIGURABLE_ONLY = {"w.tokenizer", "w.merges", "w.lowercase", "w.edit_shape"}
+
+
+def _all_keys(at) -> set:
+    return _widget_keys(at) | {w.key for w in at.slider}
+
+
+def test_while_a_loaded_model_is_shown_the_configurable_models_widgets_are_not_made_and_their_values_wait():
+    at = ok(page("attention", tokenizer="gpt2"))  # the configurable model with a tokenizer of its own choosing
+    assert CONFIGURABLE_ONLY - {"w.merges", "w.lowercase"} <= _all_keys(at)  # (those two are char-bpe's)
+    at = ok(set_sidebar(at, "preset", CKPT_PREFIX + "shakespeare"))  # then the Shakespeare GPT
+    assert not CONFIGURABLE_ONLY & _all_keys(at)
+    assert not any(c.value.startswith("Configurable model:") for c in at.sidebar.caption)
+    assert any("Showing **shipped checkpoint: shakespeare**, with its own shape and tokenizer" in i.value
+               for i in at.sidebar.info)
+    assert "853,248 parameters" in " ".join(c.value for c in at.sidebar.caption)  # the checkpoint is what is shown
+    at = ok([b for b in at.button if b.label == "Back to the configurable model"][0].click().run())
+    assert {"w.tokenizer", "w.edit_shape"} <= _all_keys(at)
+    assert at.selectbox(key="w.tokenizer").value == "gpt2"  # the link's settings, kept while the widgets were not
+    assert any(c.value.startswith("Configurable model: 2 layers") for c in at.sidebar.caption)
