@@ -368,9 +368,10 @@ def test_a_chart_in_words_names_its_largest_values_and_their_labels():
 
 
 def _hover(template: str, point: dict) -> str:
-    """Plotly's hover template filled in for one point, by hand: %{text}, %{hovertext} and %{customdata:.4~g} (d3's
-    4 significant digits, trailing zeros trimmed: Python's .4g for these values), the <extra> box dropped."""
-    out = template.replace("%{hovertext}", point["hovertext"]).replace("%{text}", point["text"])
+    """Plotly's hover template filled in for one point, by hand: %{x} and %{y} (on axes without tick text: the
+    category's name) and %{customdata:.4~g} (d3's 4 significant digits, trailing zeros trimmed: Python's .4g for
+    these values), the <extra> box dropped."""
+    out = template.replace("%{x}", point["x"]).replace("%{y}", point["y"])
     out = out.replace("<extra></extra>", "")
     return out.replace("%{customdata:.4~g}", f"{point['customdata']:.4g}") if "customdata" in point else out
 
@@ -378,8 +379,9 @@ def _hover(template: str, point: dict) -> str:
 def test_a_clickable_patterns_cells_hover_as_before_without_a_string_per_cell(tr):
     """Every cell of a clickable pattern is one invisible point (two traces: valued and masked cells), and its hover
     reads exactly as the per-cell sentence did: the row and column, then the value or that the cell is masked. The
-    labels are the points' own row and column labels, escaped (a token is never a link or bold); no sentence is
-    written per cell."""
+    labels are the points' own x and y, escaped (a token is never a link or bold), read on a second pair of axes
+    that shows no tick text and matches the heatmap's: the same categories in the same order, so each point sits on
+    its cell and a zoom moves both. No string but x and y is written per cell."""
     name = "blocks.0.attn.hook_pattern"
     toks = ["<a href='x'>", "<b>", "&", "the", "mat", "."]
     m = matrices.step_matrix(tr[name], tr.info(name), toks, batch=1, head=1,
@@ -391,12 +393,20 @@ def test_a_clickable_patterns_cells_hover_as_before_without_a_string_per_cell(tr
     cells = [t for t in spec["data"] if t.get("name") == "cells"]
     assert [t.get("name") for t in spec["data"][1:]] == ["masked", "cells", "cells"]
     assert masked.any() and (~masked).any()
-    assert not any("<br>" in v for t in cells for v in t["text"])  # labels only: no sentence per cell
+    assert not any(k in t for t in cells for k in ("text", "hovertext"))  # no string per cell besides x and y
+    assert all(t["xaxis"] == "x2" and t["yaxis"] == "y2" for t in cells) and "xaxis" not in main
+    lay = spec["layout"]
+    for ax, main_ax, labels in (("xaxis2", "x", xs), ("yaxis2", "y", ys)):
+        assert lay[ax]["overlaying"] == main_ax and lay[ax]["matches"] == main_ax and lay[ax]["visible"] is False
+        assert lay[ax]["type"] == "category" and lay[ax]["categoryorder"] == "array"
+        assert lay[ax]["categoryarray"] == labels  # the heatmap's own categories, in its order
+        assert "ticktext" not in lay[ax] and "tickvals" not in lay[ax]  # so the hover reads the category's name
+    assert "ticktext" in lay["xaxis"]  # (where the heatmap's own axis shows the token alone)
     seen = {}
     for t in cells:
         data = figures.words._array(t["customdata"]) if "customdata" in t else None
         for i, (x, y) in enumerate(zip(t["x"], t["y"])):
-            point = {"text": t["text"][i], "hovertext": t["hovertext"][i]}
+            point = {"x": x, "y": y}
             point |= {"customdata": float(data[i])} if data is not None else {}
             seen[(ys.index(y), xs.index(x))] = _hover(t["hovertemplate"], point)
     assert sorted(seen) == [(r, c) for r in range(6) for c in range(6)]  # every cell once
