@@ -152,3 +152,10 @@ def engine_run(edit_name=None, index=(), values=None):
         logits = GPT(cfg).run(b.x, b.attention_mask, rec=rec)
     loss = F.cross_entropy(logits.flatten(0, 1), b.y.flatten(), ignore_index=-100)
     return seen, float(loss)
+
+
+def open_downloads(at: AppTest) -> AppTest:
+    """Every step's Download popover opened (their buttons are made only while open), then a run."""
+    for k in [k for k in at.session_state._state.filtered_state if str(k).startswith("dl.")]:
+        at.session_state[k] = True
+    return at.run()

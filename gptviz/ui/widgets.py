@@ -52,13 +52,19 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
 
 
 def downloads(name: str, full: np.ndarray, shown=None, key: str = "") -> None:
-    """Download buttons: the whole tensor as .npy, and the slice on screen as CSV. Built only when clicked."""
+    """A "Download" popover: the whole tensor as .npy, and the slice on screen as CSV, each file built only when
+    clicked. Its buttons are made only while it is open: one element on every run instead of three (each element is
+    a message to the browser on every run, and each deferred file a registration)."""
     safe = name.replace(".", "_")
-    row = st.container(horizontal=True)  # one block, not a row of columns: each block is a message on every run
-    row.download_button("⬇ .npy (whole tensor)", data=lambda: _npy_bytes(full), file_name=f"{safe}.npy",
+    pop = st.popover("⬇ Download", key=f"dl.{key}{name}", on_change="rerun",
+                     help="This step's numbers: the whole tensor (.npy)" + (", or this view (CSV)" if shown is not None
+                                                                             else ""))
+    if not pop.open:
+        return
+    pop.download_button("⬇ .npy (whole tensor)", data=lambda: _npy_bytes(full), file_name=f"{safe}.npy",
                         mime="application/octet-stream", key=f"dl.npy.{key}{name}", on_click="ignore")
     if shown is not None:
-        row.download_button("⬇ CSV (this view)", data=lambda: _csv_bytes(shown.values, shown.rows, shown.cols),
+        pop.download_button("⬇ CSV (this view)", data=lambda: _csv_bytes(shown.values, shown.rows, shown.cols),
                             file_name=f"{safe}.csv", mime="text/csv", key=f"dl.csv.{key}{name}", on_click="ignore")
 
 

@@ -25,7 +25,7 @@ import types
 import weakref
 
 import pytest
-from apphelp import ROOT, page, set_sidebar
+from apphelp import ROOT, open_downloads, page, set_sidebar
 
 from gptviz.run.trace import Trace
 from gptviz.ui import resources
@@ -109,7 +109,7 @@ def test_download_callables_keep_no_trace(name, monkeypatch):
         return real_add(self, data_callable, *a, **kw)
 
     monkeypatch.setattr(MediaFileManager, "add_deferred", recording_add)
-    at = page(name)
+    at = open_downloads(page(name))  # a step's files are made while its Download popover is open
     kept.clear()
     at = set_sidebar(at, "text", TEXTS[0])
     assert kept, "no download button registered a deferred callable: this test proves nothing"
