@@ -85,3 +85,12 @@ def test_while_a_loaded_model_is_shown_the_configurable_models_widgets_are_not_m
     assert {"w.tokenizer", "w.edit_shape"} <= _all_keys(at)
     assert at.selectbox(key="w.tokenizer").value == "gpt2"  # the link's settings, kept while the widgets were not
     assert any(c.value.startswith("Configurable model: 2 layers") for c in at.sidebar.caption)
+
+
+def test_the_pages_style_rule_rides_on_the_sidebars_first_heading():
+    """Checked in Chromium too (the block container's top padding reads 37.4 px, 2.2 rem at 17 px)."""
+    at = ok(page("attention"))
+    first = at.sidebar.markdown[0]
+    assert first.value.startswith("<style>.block-container { padding-top: 2.2rem; }</style>") and first.allow_html
+    assert first.value.endswith("### Input")
+    assert sum("<style>" in m.value for m in at.markdown) == 1  # no element of its own
