@@ -191,6 +191,7 @@ def shape_line(s: dict) -> str:
 # message to the browser on every run (about 0.1 ms of a server's CPU each), and these four are set once a lesson,
 # not on every change. Their values live in the shared settings, so a closed fold changes nothing.
 VIEW_FOLD = "gptviz.view.fold"
+NOTEBOOK_POPOVER = "dl.notebook"  # "dl.": every download popover's key starts so
 VIEW_FOLD_LABEL = "View: numbers in cells, colours, language, downloads"
 
 
@@ -265,13 +266,17 @@ def page_setup(title: str, icon: str = ":material/search:", passes: int = 1,
     selection_note(ctx)
     st.sidebar.caption(f"vocab_size = {ctx.cfg.vocab_size:,}, set by the tokenizer · "
                        f"{ctx.cfg.num_params():,} parameters")
-    # the notebook reads no trace: Streamlit keeps this callable after the run, so it gets a copy of ctx without
-    # this run's traces (ctx itself would keep them alive as long as the session, past the trace cache's bound)
-    view = ctx.without_traces()
-    st.sidebar.download_button("⬇ This view as a notebook", data=lambda: notebook_bytes(view),
-                               file_name="gptviz-view.ipynb", mime="application/x-ipynb+json", on_click="ignore",
-                               width="stretch", help="A Jupyter notebook that rebuilds this model, text, edits and "
-                                                     "the attention pattern in view with gptviz's own API.")
+    # The notebook's button is made only while its popover is open: a deferred file and a copy of the context
+    # less on every run. The notebook reads no trace: Streamlit keeps the callable after the run, so it gets a copy
+    # of ctx without this run's traces (ctx itself would keep them alive as long as the session, past the trace
+    # cache's bound).
+    pop = st.sidebar.popover("⬇ This view as a notebook", key=NOTEBOOK_POPOVER, on_change="rerun", width="stretch",
+                             help="A Jupyter notebook that rebuilds this model, text, edits and the attention pattern "
+                                  "in view with gptviz's own API.")
+    if pop.open:
+        view = ctx.without_traces()
+        pop.download_button("⬇ gptviz-view.ipynb", data=lambda: notebook_bytes(view), file_name="gptviz-view.ipynb",
+                            mime="application/x-ipynb+json", on_click="ignore", width="stretch")
     st.sidebar.button("Reset to defaults", on_click=state.reset, width="stretch",
                       help="Forget every setting and edit of this session and start again from the default model.")
     state.write_url(s)
