@@ -628,3 +628,14 @@ def test_readable_x_labels_counts_the_figures_own_columns():
 
     kept = readable_x_layout(one, 100)
     assert kept["xaxis"]["tickangle"] == 0 and kept["font"] == dict(size=20)
+
+
+def test_click_targets_of_a_heatmap_with_every_cell_masked_are_all_there():
+    """No valued cell at all (a row of padding only): the masked cells still get their points, every one, with the
+    masked hover (the valued trace is skipped, not the loop ended)."""
+    from gptviz.present.figures.heatmaps import MASKED_WORDS, value_cell_points
+
+    xs, ys = ["0: 'a'", "1: 'b'", "2: 'c'"], ["0: 'a'", "1: 'b'"]
+    out = value_cell_points(xs, ys, np.zeros((2, 3)), np.ones((2, 3), dtype=bool), "query", "key")
+    assert len(out) == 1 and MASKED_WORDS in out[0]["hovertemplate"] and "customdata" not in out[0]
+    assert list(zip(out[0]["y"], out[0]["x"])) == [(y, x) for y in ys for x in xs]
