@@ -156,6 +156,8 @@ def engine_run(edit_name=None, index=(), values=None):
 
 def open_downloads(at: AppTest) -> AppTest:
     """Every step's Download popover opened (their buttons are made only while open), then a run."""
-    for k in [k for k in at.session_state._state.filtered_state if str(k).startswith("dl.")]:
+    from gptviz.ui.widgets import DOWNLOAD_POPOVER
+
+    for k in [k for k in at.session_state._state.filtered_state if str(k).startswith(DOWNLOAD_POPOVER)]:
         at.session_state[k] = True
     return at.run()

@@ -19,7 +19,7 @@ from ..present.page_context import CKPT_PREFIX, FOLDER_PREFIX, Ctx, Notice, reso
 from ..run import edits as edit_specs
 from . import resources, state
 from .nav import PAGES, page_links  # noqa: F401 - re-exported
-from .widgets import EXPORT_FORMATS, selection_note
+from .widgets import EXPORT_FORMATS, download_popover, selection_note
 
 # The page's own style rule, written with the sidebar's first heading (a style applies to the whole page wherever
 # it stands): one element fewer on every run than a markdown element of its own.
@@ -191,7 +191,6 @@ def shape_line(s: dict) -> str:
 # message to the browser on every run (about 0.1 ms of a server's CPU each), and these four are set once a lesson,
 # not on every change. Their values live in the shared settings, so a closed fold changes nothing.
 VIEW_FOLD = "gptviz.view.fold"
-NOTEBOOK_POPOVER = "dl.notebook"  # "dl.": every download popover's key starts so
 VIEW_FOLD_LABEL = "View: numbers in cells, colours, language, downloads"
 
 
@@ -270,10 +269,10 @@ def page_setup(title: str, icon: str = ":material/search:", passes: int = 1,
     # less on every run. The notebook reads no trace: Streamlit keeps the callable after the run, so it gets a copy
     # of ctx without this run's traces (ctx itself would keep them alive as long as the session, past the trace
     # cache's bound).
-    pop = st.sidebar.popover("⬇ This view as a notebook", key=NOTEBOOK_POPOVER, on_change="rerun", width="stretch",
-                             help="A Jupyter notebook that rebuilds this model, text, edits and the attention pattern "
-                                  "in view with gptviz's own API.")
-    if pop.open:
+    pop = download_popover("⬇ This view as a notebook", "notebook", "A Jupyter notebook that rebuilds this model, "
+                           "text, edits and the attention pattern in view with gptviz's own API.", st.sidebar,
+                           width="stretch")
+    if pop is not None:
         view = ctx.without_traces()
         pop.download_button("⬇ gptviz-view.ipynb", data=lambda: notebook_bytes(view), file_name="gptviz-view.ipynb",
                             mime="application/x-ipynb+json", on_click="ignore", width="stretch")

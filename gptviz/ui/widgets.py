@@ -51,15 +51,24 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+DOWNLOAD_POPOVER = "gptviz.download."  # every download popover's key starts so
+
+
+def download_popover(label: str, key: str, help: str, where=st, **kw):
+    """A popover for download buttons, in ``where`` (``st`` or ``st.sidebar``); the popover to put them in while it
+    is open, else None. Its buttons are then made only while it is open: each element is a message to the browser on
+    every run, and each deferred file a registration."""
+    pop = where.popover(label, key=DOWNLOAD_POPOVER + key, on_change="rerun", help=help, **kw)
+    return pop if pop.open else None
+
+
 def downloads(name: str, full: np.ndarray, shown=None, key: str = "") -> None:
-    """A "Download" popover: the whole tensor as .npy, and the slice on screen as CSV, each file built only when
-    clicked. Its buttons are made only while it is open: one element on every run instead of three (each element is
-    a message to the browser on every run, and each deferred file a registration)."""
+    """A "Download" popover (``download_popover``): the whole tensor as .npy, and the slice on screen as CSV, each
+    file built only when clicked. One element on every run instead of three."""
     safe = name.replace(".", "_")
-    pop = st.popover("⬇ Download", key=f"dl.{key}{name}", on_change="rerun",
-                     help="This step's numbers: the whole tensor (.npy)" + (", or this view (CSV)" if shown is not None
-                                                                             else ""))
-    if not pop.open:
+    pop = download_popover("⬇ Download", f"{key}{name}", "This step's numbers: the whole tensor (.npy)"
+                           + (", or this view (CSV)" if shown is not None else ""))
+    if pop is None:
         return
     pop.download_button("⬇ .npy (whole tensor)", data=lambda: _npy_bytes(full), file_name=f"{safe}.npy",
                         mime="application/octet-stream", key=f"dl.npy.{key}{name}", on_click="ignore")
