@@ -566,3 +566,31 @@ def test_a_frozen_trace_cannot_be_written():
         tr.grad("hook_embed")[0, 0, 0] = 1.0
     with pytest.raises(ValueError):
         tr.idx[0, 0] = 1
+
+
+def test_a_slim_trace_with_targets_keeps_no_probability_table_and_works_it_out_when_read(monkeypatch):
+    """Slim, ``hook_probs`` is a note worked out when read, and the loss breakdown neither keeps nor even makes a
+    (B, T, V) table (GPT-2 small at 512 tokens: 103 MB) unless ``hook_probs`` is edited; the probabilities read are
+    softmax of the logits (plain PyTorch), in every batch row, and the loss is unchanged."""
+    import gptviz.run.trace as trace_module
+
+    made = []
+    real = trace_module.loss_breakdown
+    monkeypatch.setattr(trace_module, "loss_breakdown",
+                        lambda *a, **kw: made.append(kw.get("with_probs", True)) or real(*a, **kw))
+    cfg = ModelConfig(vocab_size=50, block_size=24, n_layer=2, n_head=2, n_embd=16)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 20), generator=torch.Generator().manual_seed(3))
+    targets = torch.cat([idx[:, 1:], torch.full((2, 1), -100)], dim=1)
+    with torch.no_grad():
+        slim = trace(model, idx, targets=targets, slim=True)
+        full = trace(model, idx, targets=targets)
+    assert made == [False, True]  # the slim trace made no table; the full one did
+    with torch.no_grad():
+        trace(model, idx, targets=targets, slim=True, edits={"hook_probs": lambda t: t})
+    assert made[-1] is True  # an edited hook_probs needs the table
+    assert "probs" not in slim.breakdown and "probs" in full.breakdown
+    want = F.softmax(full["hook_logits"].float(), dim=-1)
+    torch.testing.assert_close(torch.as_tensor(slim["hook_probs"]), want, rtol=1e-5, atol=1e-7)
+    assert float(slim.breakdown["loss"]) == pytest.approx(float(full.breakdown["loss"]), rel=1e-6)
