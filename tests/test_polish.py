@@ -97,14 +97,16 @@ from gptviz import preset
 from gptviz.model.build import build_model
 for name in ("default", "llama-like", "original-transformer", "decoder-cross-attention"):
     build_model(preset(name, vocab_size=50))
-print(sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules))
+print(sorted(m for m in ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes", "sympy")
+             if m in sys.modules))
 """
 
 
 def test_building_models_imports_no_compiler():
     """torch's own first draw of an nn.Linear or nn.Embedding built on the meta device runs a Python decomposition
     that imports torch._dynamo (2.7 s of CPU): gptviz's layers skip that draw (the model draws every
-    weight from its seed), so a new process (a server's first page, a CLI run) builds its models without them."""
+    weight from its seed), so a new process (a server's first page, a CLI run) builds its models without them.
+    Nor sympy: nn.Module.to_empty's empty_like of a meta tensor imports it (0.3 s) through torch's shape reasoning."""
     import subprocess
     import sys
 

@@ -68,7 +68,9 @@ class TransformerBase(nn.Module):
         config = self.config
         if getattr(_BUILD, "shapes_only", False):
             return
-        self.to_empty(device="cpu")
+        # nn.Module.to_empty's torch.empty_like of a meta tensor runs torch's Python reference for it, whose first call
+        # imports sympy (0.3 s, on the path of a fresh server's first page); torch.empty of the same shape does not
+        self._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
         if config.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight
         if config.pos_encoding == "sinusoidal":
