@@ -164,6 +164,21 @@ def test_a_first_run_whose_early_chart_fails_still_opens_the_page(monkeypatch):
     assert at.get("plotly_chart")  # the page's own charts
 
 
+def test_the_first_runs_hidden_elements_are_cleared_and_leave_no_state_after_the_next_run():
+    """app.py's first run draws hidden, disabled elements (so the browser fetches their code early): none is left on
+    the page when the run ends, and their widgets' state is gone after the next run."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    assert len(at.table) == 1 and len(at.text_area) == 1 and len(at.info) == 1  # Home's own, no hidden one
+    early = [k for k in at.session_state if str(k).startswith("gptviz-plotly-early")]
+    assert len(early) == 5  # the five hidden widgets, while their run's state lasts
+    at.run()
+    assert not at.exception and not [k for k in at.session_state if str(k).startswith("gptviz-plotly-early")]
+    assert len(at.table) == 1 and len(at.text_area) == 1
+
+
 def test_a_failed_warm_up_is_a_warning_and_nothing_else(monkeypatch, caplog):
     from gptviz.ui import warm_up
 

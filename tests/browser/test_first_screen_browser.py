@@ -45,7 +45,7 @@ def test_a_first_view_starts_fetching_plotly_before_the_page_has_drawn_its_sideb
     ctx = browser.new_context(viewport=PROJECTOR)  # its own, empty HTTP cache
     page = ctx.new_page()
     page.add_init_script(MESSAGE_TIMES_JS)
-    kinds = []
+    kinds, element_types = [], []
 
     def on_ws(ws):
         if "_stcore/stream" in ws.url:
@@ -53,10 +53,12 @@ def test_a_first_view_starts_fetching_plotly_before_the_page_has_drawn_its_sideb
                 m = ForwardMsg()
                 m.ParseFromString(payload if isinstance(payload, bytes) else payload.encode())
                 kind = m.WhichOneof("type")
-                if kind == "delta" and m.delta.WhichOneof("type") == "new_element" and \
-                        m.delta.new_element.WhichOneof("type") == "plotly_chart":
+                element = (m.delta.new_element.WhichOneof("type")
+                           if kind == "delta" and m.delta.WhichOneof("type") == "new_element" else None)
+                if element == "plotly_chart":
                     kind = "chart"
                 kinds.append(kind)
+                element_types.append(element)
 
             ws.on("framereceived", received)
 
@@ -75,8 +77,18 @@ def test_a_first_view_starts_fetching_plotly_before_the_page_has_drawn_its_sideb
     # the browser's: it asks for the chart code while that run still goes on. (How many messages it has read by then
     # depends on how busy it is: 27 on a machine running the whole suite beside it, 2 to 6 alone.)
     assert requested[0] < times[end]
+    # Beside the chart, one hidden element of each kind whose code the browser loads when it first meets one, before
+    # the page's own first element (its title), and the browser asks for their code while that run still goes on
+    title = element_types.index("heading")
+    lazy = {"text_area", "selectbox", "checkbox", "button", "download_button", "metric", "alert", "table", "markdown"}
+    assert lazy <= set(element_types[:title]), element_types[:title]
+    fetched = page.evaluate("performance.getEntriesByType('resource').map(e => [e.name.split('/').pop(), e.startTime])")
+    for code in ("Selectbox", "Table", "DownloadButton", "rehype-raw"):
+        first = min(t for name, t in fetched if name.startswith(code + "."))
+        assert first < times[end], (code, first, times[end])
     # The hidden chart is gone once the run is over: every chart left on the page is one the page drew.
     assert page.locator(".st-key-gptviz-plotly-early").count() == 0
+    assert page.locator("[data-testid='stTable']").count() == 1  # Home's parameters, not the hidden one
     assert page.evaluate("[...document.querySelectorAll('.js-plotly-plot')].every(g => g.offsetParent !== null)")
     ctx.close()
 
