@@ -85,7 +85,7 @@ def test_cpu_per_change_is_the_servers_cpu_over_its_runs_and_a_ratio_to_the_one_
     floor["cpu"] = dict(floor["cpu"], server_cpu_s=2.0)  # 2 CPU s over 100 runs: 20 ms a run
     assert abs(c.cpu_per_run_ms(app) - 40_000 / 120) < 1e-9 and abs(c.cpu_per_run_ms(floor) - 20.0) < 1e-9
     r = c.cpu_row(app, floor)
-    assert r["ok"] is False and not r["why"] and "16.67×" in r["value"]
+    assert r["ok"] is False and not r["why"] and "16.667×" in r["value"] and "side by side" in r["value"]
     assert "gptviz 333.3 ms a run (20 first views + 100 changes)" in r["value"]
     assert "one-chart app 20.0 ms" in r["value"]
     assert r["goal"] == "≤ 0.3× the one-chart app" and "20 students" in r["figure"]
@@ -97,6 +97,42 @@ def test_cpu_per_change_is_the_servers_cpu_over_its_runs_and_a_ratio_to_the_one_
     empty = result(students=20, n=0)
     empty["students_with_a_view"] = 0
     assert c.cpu_per_run_ms(empty) is None and c.cpu_row(empty, floor)["why"]
+
+
+def test_the_cpu_classes_run_on_both_servers_at_once_with_the_same_sentences():
+    """Side by side, not one after the other: each class waits at a barrier only the other's can open."""
+    import threading
+
+    import pytest
+
+    barrier = threading.Barrier(2, timeout=10)
+    seen = []
+
+    def fake_run_class(url, server_pid, text_for, text_only, students, seconds, every, **kw):
+        seen.append((url, server_pid, text_for, text_only, students, seconds, kw))
+        barrier.wait()  # broken (BrokenBarrierError after 10 s) if the other class is not running now
+        return {"url": url}
+
+    def sentences(i, n):
+        return f"s{i}-{n}"
+
+    from types import SimpleNamespace
+
+    servers = {"gptviz": (SimpleNamespace(pid=11), "http://a", {"page": "attention"}),
+               "one-chart app": (SimpleNamespace(pid=12), "http://b", {"page": ""})}
+    results: dict = {}
+    c.side_by_side(servers, results, sentences, fake_run_class)
+    assert results == {"gptviz": {"url": "http://a"}, "one-chart app": {"url": "http://b"}}
+    assert sorted((u, p, k["page"]) for u, p, _, _, _, _, k in seen) == [("http://a", 11, "attention"),
+                                                                         ("http://b", 12, "")]
+    assert all(t is sentences and only and n == c.CPU_CLASS["students"] and secs == c.CPU_CLASS["seconds"]
+               for _, _, t, only, n, secs, _ in seen)
+
+    def failing(url, **kw):
+        raise RuntimeError(f"no server at {url}")
+
+    with pytest.raises(RuntimeError, match="no server at"):
+        c.side_by_side(servers, {}, sentences, failing)
 
 
 def test_joining_a_server_that_just_started_checks_every_first_view():
