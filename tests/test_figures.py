@@ -243,7 +243,11 @@ def test_a_finished_figure_sends_what_plotly_sends_for_the_fixed_margins_figure(
                                tickmode="array", tickvals=[0, 1, 2, 3], ticktext=["a", "<b>", "c", "a long label"])))
     legend = figures.line_chart({"one": [1.0, 2.0], "two": [2.0, 1.0]}, x=[0, 1], title="two lines")
     bars = figures.bar_chart(["p", "q"], [0.5, -1.5], title="bars")
-    for fig in (heat, legend, bars):
+    # arrays under a key Plotly leaves as it is (an axis range), nested in a marker, and numpy scalars beside them
+    ranged = figures.figure([dict(type="scatter", x=np.arange(4.0), y=np.array([1, 3, 2, 4]), mode="markers",
+                                  marker=dict(size=np.array([6.0, 8.0, 10.0, 12.0]), opacity=np.float64(0.5)))],
+                            dict(height=300, xaxis=dict(range=np.array([-0.5, 3.5])), yaxis=dict(range=[0, 5])))
+    for fig in (heat, legend, bars, ranged):
         before = pio.to_json(fig, validate=False)
         sent = plotly.tools.return_figure_from_figure_or_data(figures.finished(fig), validate_figure=True)
         expected = figures.fixed_margins(fig).to_dict()  # Plotly's own path: a new figure, then its to_dict

@@ -186,6 +186,9 @@ def test_a_failed_warm_up_is_a_warning_and_nothing_else(monkeypatch, caplog):
         raise RuntimeError("no checkpoint")
 
     monkeypatch.setattr(warm_up, "warm", broken)
+    from streamlit.watcher import polling_path_watcher as ppw
+
+    monkeypatch.setattr(ppw, "_POLLING_PERIOD_SECS", ppw._POLLING_PERIOD_SECS)  # warm_logged changes it: put back
     with caplog.at_level(logging.INFO, logger=warm_up.__name__):
         assert warm_up.warm_logged() is None
     assert [(r.levelname, "no checkpoint" in (r.exc_text or "")) for r in caplog.records] == [("WARNING", True)]
@@ -229,3 +232,40 @@ def test_a_session_makes_its_pages_once_and_still_opens_the_page_asked_for(monke
         [[(p.title, p.url_path) for p in ps] for ps in first.values()]
     other.switch_page("app_pages/attention.py").run()
     assert not other.exception and any(t.value.startswith("Attention · layer") for t in other.title)
+
+
+def test_with_file_watching_off_the_config_files_are_polled_every_five_seconds_not_five_times_a_second(monkeypatch):
+    """Streamlit polls each config.toml every 0.2 s whatever ``server.fileWatcherType`` says (about 2 % of a busy
+    server's CPU): the warm-up makes it wait CONFIG_POLL_S, only when file watching is off. Counted on a watcher of
+    Streamlit's own over 1.2 s: five or six looks at Streamlit's period, none at ours."""
+    import tempfile
+    import time
+    from unittest import mock
+
+    from streamlit import config
+    from streamlit.watcher import polling_path_watcher as ppw
+
+    from gptviz.ui import warm_up
+
+    monkeypatch.setattr(ppw, "_POLLING_PERIOD_SECS", 0.2)  # Streamlit's own (another test's warm-up may have run)
+
+    def looks_in(seconds: float) -> int:
+        with tempfile.NamedTemporaryFile(suffix=".toml") as f, \
+                mock.patch.object(ppw.PollingPathWatcher, "_check_if_path_changed", autospec=True,
+                                  side_effect=ppw.PollingPathWatcher._check_if_path_changed) as check:
+            watcher = ppw.PollingPathWatcher(f.name, lambda _path: None)
+            time.sleep(seconds)
+            watcher.close()
+            return sum(call.args[0] is watcher for call in check.call_args_list)  # an earlier one's last look: not it
+
+    assert looks_in(1.2) >= 4  # Streamlit's own period
+    monkeypatch.setattr(config, "get_option", lambda key, _real=config.get_option: "poll" if key ==
+                        "server.fileWatcherType" else _real(key))
+    assert warm_up.poll_config_files_slowly() is False and ppw._POLLING_PERIOD_SECS == 0.2  # watching on: untouched
+    monkeypatch.undo()
+    monkeypatch.setattr(ppw, "_POLLING_PERIOD_SECS", 0.2)
+    assert config.get_option("server.fileWatcherType") == "none"  # gptviz's .streamlit/config.toml
+    monkeypatch.setattr(warm_up, "warm", dict)  # warm_logged makes the change before it warms up
+    warm_up.warm_logged()
+    assert ppw._POLLING_PERIOD_SECS == warm_up.CONFIG_POLL_S == 5.0
+    assert looks_in(1.2) == 0

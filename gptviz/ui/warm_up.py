@@ -61,9 +61,30 @@ def warm() -> dict[str, float]:
             "other_page_modules_s": t4 - t3, "freeze_s": t5 - t4}
 
 
+# Streamlit watches each config.toml (the user's and the app's, there or not) by polling it every 0.2 s, whatever
+# ``server.fileWatcherType`` says: each poll a task handed to a thread pool and a stat, about 2 % of a busy server's
+# CPU (py-spy, 20 students on Attention) and most of an idle one's. With file watching off (gptviz's config: nobody
+# edits during a lesson), a config change is still seen, within CONFIG_POLL_S.
+CONFIG_POLL_S = 5.0
+
+
+def poll_config_files_slowly() -> bool:
+    """With ``server.fileWatcherType`` "none", make Streamlit's config-file polling wait CONFIG_POLL_S between looks
+    (its polling task reads the period from its module on every look); whether it did."""
+    from streamlit import config
+    from streamlit.watcher import polling_path_watcher
+
+    if config.get_option("server.fileWatcherType") != "none" or not hasattr(polling_path_watcher,
+                                                                            "_POLLING_PERIOD_SECS"):
+        return False
+    polling_path_watcher._POLLING_PERIOD_SECS = CONFIG_POLL_S  # type: ignore[misc]  # Final in Streamlit's typing
+    return True
+
+
 def warm_logged() -> None:
     """``warm``, its failure logged rather than raised (what ``app.py``'s warm-up thread runs)."""
     try:
+        poll_config_files_slowly()
         took = warm()
     except Exception:  # noqa: BLE001 - a failed warm-up costs the first session its time, nothing else
         _LOG.warning("gptviz: warming up failed; the first page view will do this work instead", exc_info=True)

@@ -216,13 +216,35 @@ def _typed_arrays(node, drop_none: bool = False):
 
     def walk(n):
         if isinstance(n, dict):
-            return {k: v if is_skipped_key(k) else to_typed_array_spec(v) if is_homogeneous_array(v) else walk(v)
-                    for k, v in n.items() if v is not None or not drop_none}
+            out = {}
+            for k, v in n.items():
+                if v is None:
+                    if not drop_none:
+                        out[k] = v
+                elif type(v) in _PLAIN_VALUES or _skipped(k, is_skipped_key):  # a number or a string is no array
+                    out[k] = v
+                elif type(v) in _CONTAINERS:  # Plotly never counts a dict, list or tuple as an array: walked
+                    out[k] = walk(v)
+                else:
+                    out[k] = to_typed_array_spec(v) if is_homogeneous_array(v) else walk(v)
+            return out
         if isinstance(n, (list, tuple)) and n and isinstance(n[0], (dict, list, tuple)):
             return [walk(v) for v in n]
         return n
 
     return walk(node)
+
+
+_PLAIN_VALUES = frozenset({str, int, float, bool})
+_CONTAINERS = frozenset({dict, list, tuple})
+_SKIPPED: dict[str, bool] = {}  # Plotly's answer for each key seen: a figure's few dozen keys recur in every figure
+
+
+def _skipped(key, is_skipped_key) -> bool:
+    known = _SKIPPED.get(key)
+    if known is None:
+        known = _SKIPPED[key] = bool(is_skipped_key(key))
+    return known
 
 
 def readable_x_labels(fig: go.Figure, plot_px: float) -> go.Figure:
