@@ -80,7 +80,7 @@ else:
     import threading
 
     # While the warm-up imports torch, pandas, Plotly and gptviz (~260,000 objects), Python's own full collections
-    # would scan them again and again: four of them took 0.33 s of the 2.3 s import, on the path of the first page a
+    # would scan them again and again: three of them took 0.33 s of the 2.3 s import, on the path of the first page a
     # class waits for. Importing gptviz.ui ends by freezing every object then alive (gptviz.perf.freeze_imports), so
     # no full collection runs until then; the young generations still collect as usual.
     NO_FULL_COLLECTION = 1 << 30

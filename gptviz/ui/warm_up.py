@@ -64,7 +64,8 @@ def warm() -> dict[str, float]:
 # Streamlit watches each config.toml (the user's and the app's, there or not) by polling it every 0.2 s, whatever
 # ``server.fileWatcherType`` says: each poll a task handed to a thread pool and a stat, about 2 % of a busy server's
 # CPU (py-spy, 20 students on Attention) and most of an idle one's. With file watching off (gptviz's config: nobody
-# edits during a lesson), a config change is still seen, within CONFIG_POLL_S.
+# edits during a lesson), a config change is still seen, within CONFIG_POLL_S (as is a secrets file's, whose watch
+# reads the same period).
 CONFIG_POLL_S = 5.0
 
 
